@@ -1,0 +1,68 @@
+"""Errors of the lifecycle layer, each with the HTTP status the control plane answers with.
+
+    ActivatorError                 500  base class
+    ├── SandboxNotFound            404  no such sandbox for this owner (502 on the data plane)
+    ├── PortNotOpen                502  the sandbox runs but nothing listens on the port
+    ├── InvalidRequest             400  the request is malformed or names an unknown template
+    ├── SandboxConflict            409  the transition is not allowed in the current state
+    ├── HoldQueueFull              503  too many requests are already held for sandboxes
+    └── HoldTimeout                504  the sandbox did not become ready before the hold deadline
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActivatorError",
+    "HoldQueueFull",
+    "HoldTimeout",
+    "InvalidRequest",
+    "PortNotOpen",
+    "SandboxConflict",
+    "SandboxNotFound",
+]
+
+
+class ActivatorError(Exception):
+    """Base class: something in the sandbox lifecycle failed."""
+
+    status_code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SandboxNotFound(ActivatorError):
+    """The sandbox does not exist, or belongs to another API key."""
+
+    status_code = 404
+
+
+class PortNotOpen(ActivatorError):
+    """The sandbox is running but nothing accepts connections on the port."""
+
+    status_code = 502
+
+
+class InvalidRequest(ActivatorError):
+    """The request cannot be carried out as given."""
+
+    status_code = 400
+
+
+class SandboxConflict(ActivatorError):
+    """The sandbox is in a state that does not allow the transition."""
+
+    status_code = 409
+
+
+class HoldQueueFull(ActivatorError):
+    """The cap on held requests is reached; the client should retry later."""
+
+    status_code = 503
+
+
+class HoldTimeout(ActivatorError):
+    """The sandbox did not become ready within the hold deadline."""
+
+    status_code = 504

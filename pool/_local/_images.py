@@ -1,0 +1,146 @@
+"""Template layers on disk: built once into the image cache, then shared read-only by every sandbox.
+
+A layer is a directory. The bottom one is a Debian root made by debootstrap; each layer above it is the
+overlayfs upper directory left by installing something (apt, pip) over the layers below, so whiteouts and
+opaque directories stack the way Docker's overlay2 layers do. On top of every template sits the executor
+layer: the in-sandbox daemon and the two wheels it needs, under /opt/agent-sandbox.
+
+A layer's directory is named by a hash of its definition and of everything below it, so editing a template
+builds only what changed, and a layer is built into a temporary directory and renamed into place only
+when complete.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+
+from pool._errors import ImageBuildError
+from pool._local._layer_steps import EXECUTOR_DEPENDENCIES, build_debootstrap, install_executor, run_in_overlay
+from pool._templates import AptLayer, DebootstrapLayer, Layer, PipLayer, Template
+
+__all__ = ["ImageStore"]
+
+_BUILDER_VERSION = b"1"
+Log = Callable[[str], None]
+
+
+class ImageStore:
+    """Builds and finds the layer directories of templates in `cache_dir`."""
+
+    def __init__(self, cache_dir: Path, executor_source: Path) -> None:
+        self._layers = cache_dir / "layers"
+        self._executor_source = executor_source
+        self._executor_hash = _tree_hash(executor_source, "*.py") + EXECUTOR_DEPENDENCIES.encode()
+
+    def layer_dirs(self, template: Template) -> list[Path]:
+        """The template's layer directories from the top down (overlayfs `lowerdir` order).
+
+        Raises `ImageBuildError` when a layer is not built yet.
+        """
+        dirs = [self._layers / key for key, _ in self._plan(template)]
+        missing = [d.name for d in dirs if not d.is_dir()]
+        if missing:
+            raise ImageBuildError(
+                f"template {template.name!r} is not built (missing layers {', '.join(missing)}): "
+                "run `agent-sandbox images build`"
+            )
+        return dirs[::-1]
+
+    def is_built(self, template: Template) -> bool:
+        return all((self._layers / key).is_dir() for key, _ in self._plan(template))
+
+    def build(self, template: Template, log: Log = print) -> list[Path]:
+        """Build whatever layers of `template` are missing (blocking; minutes for a fresh base)."""
+        self._layers.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            built: list[Path] = []
+            for key, layer in self._plan(template):
+                target = self._layers / key
+                if not target.is_dir():
+                    log(f"building layer {key} for template {template.name!r}: {_describe(layer)}")
+                    self._build_one(layer, target, built)
+                built.append(target)
+        return built[::-1]
+
+    def _plan(self, template: Template) -> list[tuple[str, Layer | None]]:
+        """(key, definition) bottom-up; `None` stands for the executor layer on top."""
+        plan: list[tuple[str, Layer | None]] = []
+        digest = hashlib.sha256(_BUILDER_VERSION)
+        for layer in template.layers:
+            digest.update(msgspec.json.encode(layer))
+            plan.append((f"{_kind(layer)}-{digest.hexdigest()[:16]}", layer))
+        base_key = plan[0][0]
+        executor_key = hashlib.sha256(base_key.encode() + self._executor_hash).hexdigest()[:16]
+        plan.append((f"executor-{executor_key}", None))
+        return plan
+
+    def _build_one(self, layer: Layer | None, target: Path, below: list[Path]) -> None:
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self._layers))
+        try:
+            upper = work / "layer"
+            match layer:
+                case DebootstrapLayer():
+                    build_debootstrap(layer, upper)
+                case AptLayer(packages=packages):
+                    run_in_overlay(below[::-1], upper, work, _apt_script(packages))
+                case PipLayer(venv=venv, packages=packages):
+                    run_in_overlay(below[::-1], upper, work, _pip_script(venv, packages))
+                case None:
+                    install_executor(self._executor_source, below[0], upper, work)
+            upper.rename(target)
+        except subprocess.CalledProcessError as exc:
+            raise ImageBuildError(f"building {target.name} failed: {exc.stderr or exc.stdout or exc}") from exc
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self._layers / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+
+def _apt_script(packages: list[str]) -> str:
+    names = " ".join(packages)
+    return (
+        "apt-get update -qq\nDEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+        f"{names}\napt-get clean\nrm -rf /var/lib/apt/lists/*"
+    )
+
+
+def _pip_script(venv: str, packages: list[str]) -> str:
+    names = " ".join(f"'{p}'" for p in packages)
+    return (
+        f"[ -x {venv}/bin/python ] || python3 -m venv {venv}\n"
+        f"{venv}/bin/pip install -q --no-cache-dir --disable-pip-version-check {names}\nchmod -R a+rX {venv}"
+    )
+
+
+def _kind(layer: Layer) -> str:
+    return type(layer).__name__.removesuffix("Layer").lower()
+
+
+def _describe(layer: Layer | None) -> str:
+    match layer:
+        case DebootstrapLayer(suite=suite, packages=packages):
+            return f"debootstrap {suite} + {len(packages)} packages"
+        case AptLayer(packages=packages) | PipLayer(packages=packages):
+            return f"{_kind(layer)} {' '.join(packages)}"
+        case None:
+            return "the executor"
+
+
+def _tree_hash(root: Path, pattern: str) -> bytes:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob(pattern)):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest().encode()

@@ -1,0 +1,77 @@
+"""How one sandbox process tree is started: the bubblewrap command line and the launcher steps before it.
+
+The launcher is the forked child that becomes bubblewrap. Still root on the host, it joins the sandbox's
+cgroups, makes a private mount namespace, mounts each template layer id-shifted into the sandbox's uid
+range with the writable layer over them (overlayfs), then enters the sandbox's user namespace as its root
+and execs bubblewrap, which adds the pid, ipc, uts and network namespaces, the seccomp filter and the
+capability set, and runs the executor as the sandbox's pid 1. The mounts live exactly as long as the
+sandbox: nothing is left on the host when its processes are gone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, make_mounts_private, mount, setns, unshare
+
+__all__ = ["EXECUTOR_LOG", "EXECUTOR_PORT", "SANDBOX_CAPABILITIES", "bwrap_argv", "launcher_steps"]
+
+EXECUTOR_PORT = 49983
+EXECUTOR_LOG = "/var/log/agent-sandbox-executor.log"
+# Root inside gets Docker's default set, valid only inside its own user namespace; the seccomp filter
+# blocks what those would otherwise allow against the kernel (mount, namespaces, ptrace, …).
+SANDBOX_CAPABILITIES = (
+    "CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD "
+    "AUDIT_WRITE SETFCAP"
+).split()
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def bwrap_argv(root: Path, *, seccomp_fd: int, status_fd: int, ready_fd: int) -> list[str]:
+    caps = [arg for cap in SANDBOX_CAPABILITIES for arg in ("--cap-add", f"CAP_{cap}")]
+    return [
+        "bwrap",
+        "--bind", str(root), "/",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
+        "--hostname", "sandbox",
+        "--new-session",
+        "--as-pid-1",
+        "--cap-drop", "ALL", *caps,
+        "--seccomp", str(seccomp_fd),
+        "--json-status-fd", str(status_fd),
+        "--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", "/root", "--setenv", "LANG", "C.UTF-8",
+        "--chdir", "/",
+        "--",
+        "/usr/bin/python3", "-I", "-S", "/opt/agent-sandbox/run-executor.py",
+        "--port", str(EXECUTOR_PORT), "--ready-fd", str(ready_fd), "--log", EXECUTOR_LOG,
+    ]  # fmt: skip
+
+
+def launcher_steps(
+    *, sandbox_dir: Path, layers: list[Path], userns_fd: int, cgroup_procs: list[str]
+) -> Callable[[], None]:
+    """The `preexec_fn` that prepares the launcher child before it execs bubblewrap."""
+    lowers = [str(sandbox_dir / "lower" / str(i)) for i in range(len(layers))]
+    overlay = f"lowerdir={':'.join(lowers)},upperdir={sandbox_dir / 'upper'},workdir={sandbox_dir / 'work'}"
+    root = str(sandbox_dir / "root")
+    sources = [str(layer) for layer in layers]
+
+    def steps() -> None:
+        for procs in cgroup_procs:
+            with open(procs, "w") as f:
+                f.write("0")
+        unshare(CLONE_NEWNS)
+        make_mounts_private()
+        for source, target in zip(sources, lowers, strict=True):
+            bind_idmapped(source, target, userns_fd, read_only=True)
+        mount("overlay", root, "overlay", overlay)
+        setns(userns_fd, CLONE_NEWUSER)
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+
+    return steps

@@ -1,0 +1,98 @@
+"""Thin ctypes wrappers for the Linux calls Python 3.11's `os` lacks (namespaces, mounts, prctl)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+__all__ = [
+    "CLONE_NEWNET",
+    "CLONE_NEWNS",
+    "CLONE_NEWUSER",
+    "bind_idmapped",
+    "make_mounts_private",
+    "mount",
+    "set_child_subreaper",
+    "setns",
+    "unshare",
+]
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+_PR_SET_CHILD_SUBREAPER = 36
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+_AT_RECURSIVE = 0x8000
+_OPEN_TREE_CLONE = 1
+_OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_IDMAP = 0x00100000
+_MOUNT_ATTR_RDONLY = 0x1
+# The new mount API has one syscall number on every architecture (they were added after unification).
+_SYS_OPEN_TREE = 428
+_SYS_MOVE_MOUNT = 429
+_SYS_MOUNT_SETATTR = 442
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), "setns")
+
+
+def mount(source: str, target: str, fstype: str, options: str) -> None:
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode()), f"mount {target}")
+
+
+def make_mounts_private() -> None:
+    """Stop mounts made from here on from propagating back to the host (call after unshare(CLONE_NEWNS))."""
+    _check(_libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "mount --make-rprivate /")
+
+
+def bind_idmapped(source: str, target: str, userns_fd: int, *, read_only: bool) -> None:
+    """Bind `source` at `target`, with its file owners shifted by the uid/gid map of `userns_fd`."""
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
+    tree = _check(_libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), flags), f"open_tree {source}")
+    try:
+        attr = _MountAttr(_MOUNT_ATTR_IDMAP | (_MOUNT_ATTR_RDONLY if read_only else 0), 0, 0, userns_fd)
+        _check(
+            _libc.syscall(
+                _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+            ),
+            f"mount_setattr {source}",
+        )
+        _check(
+            _libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
+            f"move_mount {target}",
+        )
+    finally:
+        os.close(tree)
+
+
+def set_child_subreaper() -> None:
+    """Become the reaper of orphaned descendants (pid 1 on these machines reaps late)."""
+    _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")

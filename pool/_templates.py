@@ -1,0 +1,164 @@
+"""Templates: what a sandbox is made of, as data (one TOML file per template).
+
+A template names its filesystem layers (built once into the image cache, see `_images`), the environment
+and user its processes get, the commands started with it, and its resource limits. A template may name a
+`parent` whose layers lie below its own and whose settings it inherits unless it sets them itself.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+__all__ = [
+    "AptLayer",
+    "DebootstrapLayer",
+    "Layer",
+    "PipLayer",
+    "Resources",
+    "Template",
+    "TemplateError",
+    "load_templates",
+]
+
+TemplateName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+
+
+class TemplateError(Exception):
+    """A template file is invalid or its parents cannot be resolved."""
+
+
+class _Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Inbound configuration: unknown keys are typos, so they are rejected."""
+
+
+class _LayerConfig(_Config, kw_only=True, tag_field="kind"):
+    """A layer file entry; its `kind` key says which layer it is."""
+
+
+class DebootstrapLayer(_LayerConfig, kw_only=True, tag="debootstrap"):
+    """A Debian root filesystem made by debootstrap: the bottom layer of every sandbox."""
+
+    suite: str = "bookworm"
+    mirror: str = "http://deb.debian.org/debian"
+    packages: list[str] = []
+
+
+class AptLayer(_LayerConfig, kw_only=True, tag="apt"):
+    """Debian packages installed with apt-get over the layers below."""
+
+    packages: list[str]
+
+
+class PipLayer(_LayerConfig, kw_only=True, tag="pip"):
+    """Python packages installed with the sandbox's own pip into a virtual environment."""
+
+    venv: str = "/opt/venv"
+    packages: list[str]
+
+
+Layer = DebootstrapLayer | AptLayer | PipLayer
+
+
+class Resources(_Config, kw_only=True):
+    """Limits enforced with cgroups (cpu, memory, pids) and reported to clients (disk)."""
+
+    cpu_count: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    memory_mb: Annotated[int, msgspec.Meta(ge=32)] = 512
+    disk_mb: Annotated[int, msgspec.Meta(ge=64)] = 2048
+    pids: Annotated[int, msgspec.Meta(ge=16)] = 1024
+
+
+class _TemplateFile(_Config, kw_only=True):
+    name: TemplateName
+    description: str = ""
+    parent: TemplateName | None = None
+    layers: list[Layer] = []
+    env: dict[str, str] | None = None
+    start: list[str] | None = None
+    ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
+    user: Literal["user", "root"] | None = None
+    workdir: str | None = None
+    resources: Resources | None = None
+    warm: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
+    pause_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    snapshot_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
+class Template(msgspec.Struct, frozen=True, kw_only=True):
+    """A resolved template: its own settings merged over its parents'."""
+
+    name: str
+    description: str
+    layers: tuple[Layer, ...]
+    env: dict[str, str]
+    start: tuple[str, ...]
+    ports: tuple[int, ...]
+    user: Literal["user", "root"]
+    workdir: str
+    resources: Resources
+    warm: int
+    pause_after: float | None
+    snapshot_after: float | None
+
+
+_DEFAULT = Template(
+    name="",
+    description="",
+    layers=(),
+    env={},
+    start=(),
+    ports=(),
+    user="user",
+    workdir="/home/user",
+    resources=Resources(),
+    warm=0,
+    pause_after=None,
+    snapshot_after=None,
+)
+
+
+def _read(path: Path) -> _TemplateFile:
+    try:
+        return msgspec.convert(tomllib.loads(path.read_text()), _TemplateFile)
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+        raise TemplateError(f"{path}: {exc}") from exc
+
+
+def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] = ()) -> Template:
+    if name in seen:
+        raise TemplateError(f"template {name!r}: parent cycle {' -> '.join((*seen, name))}")
+    if name not in files:
+        raise TemplateError(f"template {seen[-1]!r} names unknown parent {name!r}")
+    own = files[name]
+    base = _resolve(own.parent, files, (*seen, name)) if own.parent else _DEFAULT
+    if not base.layers and not own.layers:
+        raise TemplateError(f"template {name!r} has no layers")
+    return Template(
+        name=own.name,
+        description=own.description,
+        layers=(*base.layers, *own.layers),
+        env={**base.env, **(own.env or {})},
+        start=(*base.start, *(own.start or ())),
+        ports=tuple(own.ports) if own.ports is not None else base.ports,
+        user=own.user or base.user,
+        workdir=own.workdir or base.workdir,
+        resources=own.resources or base.resources,
+        warm=own.warm if own.warm is not None else base.warm,
+        pause_after=own.pause_after if own.pause_after is not None else base.pause_after,
+        snapshot_after=own.snapshot_after if own.snapshot_after is not None else base.snapshot_after,
+    )
+
+
+def load_templates(directory: Path) -> dict[str, Template]:
+    """Read every `*.toml` in `directory` and resolve parents; raises `TemplateError` on any problem."""
+    files: dict[str, _TemplateFile] = {}
+    for path in sorted(directory.glob("*.toml")):
+        tf = _read(path)
+        if tf.name != path.stem:
+            raise TemplateError(f"{path}: name {tf.name!r} must match the file name")
+        files[tf.name] = tf
+    return {name: _resolve(name, files) for name in files}
