@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, make_mounts_private, mount, setns, unshare
 
-__all__ = ["EXECUTOR_LOG", "EXECUTOR_PORT", "SANDBOX_CAPABILITIES", "bwrap_argv", "launcher_steps"]
+__all__ = ["EXECUTOR_LOG", "EXECUTOR_PORT", "ROOT_MOUNTPOINT", "SANDBOX_CAPABILITIES", "bwrap_argv", "launcher_steps"]
 
 EXECUTOR_PORT = 49983
 EXECUTOR_LOG = "/var/log/agent-sandbox-executor.log"
@@ -26,14 +26,17 @@ SANDBOX_CAPABILITIES = (
     "CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD "
     "AUDIT_WRITE SETFCAP"
 ).split()
+# Where the launcher mounts the sandbox's root in its private mount namespace. bubblewrap opens it as the
+# sandbox's root uid, which could not traverse a data directory only host root may enter (e.g. mode 0700).
+ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def bwrap_argv(root: Path, *, seccomp_fd: int, status_fd: int, ready_fd: int) -> list[str]:
+def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int) -> list[str]:
     caps = [arg for cap in SANDBOX_CAPABILITIES for arg in ("--cap-add", f"CAP_{cap}")]
     return [
         "bwrap",
-        "--bind", str(root), "/",
+        "--bind", str(ROOT_MOUNTPOINT), "/",
         "--proc", "/proc",
         "--dev", "/dev",
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
@@ -57,7 +60,7 @@ def launcher_steps(
     """The `preexec_fn` that prepares the launcher child before it execs bubblewrap."""
     lowers = [str(sandbox_dir / "lower" / str(i)) for i in range(len(layers))]
     overlay = f"lowerdir={':'.join(lowers)},upperdir={sandbox_dir / 'upper'},workdir={sandbox_dir / 'work'}"
-    root = str(sandbox_dir / "root")
+    root = str(ROOT_MOUNTPOINT)
     sources = [str(layer) for layer in layers]
 
     def steps() -> None:

@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -19,8 +19,9 @@ from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGon
 from pool._executor_client import post_init
 from pool._local._cgroups import SandboxCgroup, cgroup_root_for
 from pool._local._images import ImageStore
-from pool._local._launcher import EXECUTOR_PORT, bwrap_argv, launcher_steps
+from pool._local._launcher import EXECUTOR_PORT, ROOT_MOUNTPOINT, bwrap_argv, launcher_steps
 from pool._local._netns import NetnsSocketFactory
+from pool._local._orphans import reap_orphans
 from pool._local._seccomp import seccomp_filter
 from pool._local._slots import SlotAllocator
 from pool._local._syscalls import set_child_subreaper
@@ -30,7 +31,7 @@ from pool._templates import Resources
 
 __all__ = ["LocalRuntime", "LocalRuntimeSettings"]
 
-ExitListener = Callable[[str], None]
+ExitListener = Callable[[str], Awaitable[None]]
 
 
 class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,10 +75,11 @@ class LocalRuntime:
         self._slots = SlotAllocator(settings.slot_dir)
         self._sockets = NetnsSocketFactory()
         self._seccomp = seccomp_filter()
+        ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
         self._root = settings.data_dir / "sandboxes"
         self._root.mkdir(parents=True, exist_ok=True)
         self._sandboxes: dict[str, _Sandbox] = {}
-        self._on_exit: ExitListener = lambda _id: None
+        self._on_exit: ExitListener | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # crash clean-ups in flight, kept referenced
 
     @property
@@ -110,7 +112,7 @@ class LocalRuntime:
         directory = self._root / sandbox_id
         slot = self._slots.take(str(directory))
         base = host_id_base(slot)
-        for sub in ("upper", "work", "root", *(f"lower/{i}" for i in range(layer_count))):
+        for sub in ("upper", "work", *(f"lower/{i}" for i in range(layer_count))):
             (directory / sub).mkdir(parents=True, exist_ok=True)
         for sub in ("upper", "work"):
             os.chown(directory / sub, base, base)
@@ -146,7 +148,7 @@ class LocalRuntime:
         os.write(seccomp_w, self._seccomp)
         os.close(seccomp_w)
         userns_fd = create_userns(box.slot)
-        argv = bwrap_argv(box.directory / "root", seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w)
+        argv = bwrap_argv(seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w)
         steps = launcher_steps(
             sandbox_dir=box.directory, layers=layers, userns_fd=userns_fd, cgroup_procs=box.cgroup.procs_files()
         )
@@ -184,7 +186,8 @@ class LocalRuntime:
 
     async def _after_crash(self, sandbox_id: str) -> None:
         await self.stop(sandbox_id)
-        self._on_exit(sandbox_id)
+        if self._on_exit is not None:
+            await self._on_exit(sandbox_id)
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         box = self._sandboxes.pop(sandbox_id, None) or self._find_on_disk(sandbox_id)
@@ -209,6 +212,7 @@ class LocalRuntime:
             os.close(box.netns_fd)
             box.netns_fd = -1
         box.cgroup.remove()
+        reap_orphans({b.process.pid for b in list(self._sandboxes.values()) if b.process is not None})
         (box.directory / "pid").unlink(missing_ok=True)
         if not keep_files:
             shutil.rmtree(box.directory, ignore_errors=True)

@@ -1,0 +1,231 @@
+"""The local runtime against real bubblewrap sandboxes: isolation, limits, pause, and clean teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from pool import LocalRuntime, PortClosed, Resources
+from tests.runtime_fixtures import TEMPLATES, local_runtime, spec
+from tests.sandbox_exec import run_in_sandbox
+
+Scenario = Callable[[LocalRuntime], Awaitable[None]]
+
+
+def _run(tmp_path: Path, scenario: Scenario) -> None:
+    async def main() -> None:
+        async with local_runtime(tmp_path) as runtime:
+            await scenario(runtime)
+
+    asyncio.run(main())
+
+
+def test_sandbox_sees_only_its_own_processes(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("isolatedpids"))
+        result = await run_in_sandbox(
+            rt, "isolatedpids", "ls /proc | grep -E '^[0-9]+$' | sort -n | head -1; ps -e | wc -l"
+        )
+        first_pid, count = result.stdout.split()
+        assert first_pid == "1"
+        assert int(count) < 10  # executor, bash, ps, wc and the header line; the host has hundreds
+
+    _run(tmp_path, scenario)
+
+
+def test_network_is_loopback_only(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("loopbackonly"))
+        interfaces = await run_in_sandbox(rt, "loopbackonly", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        assert interfaces.stdout.split() == ["lo"]
+        outside = await run_in_sandbox(
+            rt, "loopbackonly", "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=2)'"
+        )
+        assert outside.exit_code != 0
+        assert "Network is unreachable" in outside.stderr
+
+    _run(tmp_path, scenario)
+
+
+def test_users_inside_are_user_and_root_but_unprivileged_on_the_host(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("whoami"))
+        as_user = await run_in_sandbox(rt, "whoami", "id -un; echo $HOME; id -u")
+        assert as_user.stdout.split() == ["user", "/home/user", "1000"]
+        as_root = await run_in_sandbox(rt, "whoami", "id -u", user="root")
+        assert as_root.stdout.strip() == "0"
+        status = Path(f"/proc/{rt.host_pid('whoami')}/status").read_text()
+        host_uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+        assert host_uid >= 100000
+        assert re.search(r"^NoNewPrivs:\s+1", status, re.M)
+        sysctl = await run_in_sandbox(rt, "whoami", "echo 5 > /proc/sys/kernel/printk_ratelimit", user="root")
+        assert sysctl.exit_code != 0
+
+    _run(tmp_path, scenario)
+
+
+def test_writes_land_in_the_writable_layer_and_system_files_are_copy_on_write(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("cowlayer"))
+        home = await run_in_sandbox(rt, "cowlayer", "echo hi > ~/note && echo tmp > /tmp/t && cat ~/note /tmp/t")
+        assert home.stdout.split() == ["hi", "tmp"]
+        denied = await run_in_sandbox(rt, "cowlayer", "echo x > /usr/bin/evil")
+        assert denied.exit_code != 0
+        assert "Permission denied" in denied.stderr
+        as_root = await run_in_sandbox(
+            rt, "cowlayer", "echo changed >> /etc/hostname && cat /etc/hostname", user="root"
+        )
+        assert as_root.stdout.split() == ["sandbox", "changed"]
+        upper = tmp_path / "sandboxes" / "cowlayer" / "upper"
+        assert (upper / "home/user/note").read_text() == "hi\n"
+        assert (upper / "etc/hostname").read_text() == "sandbox\nchanged\n"
+        lower_hostnames = [d / "etc/hostname" for d in rt.images.layer_dirs(TEMPLATES["base"])]
+        assert all(p.read_text() == "sandbox\n" for p in lower_hostnames if p.exists())
+
+    _run(tmp_path, scenario)
+
+
+def test_seccomp_blocks_namespaces_mounts_and_ptrace(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("seccomped"))
+        for command in (
+            "unshare -U true",
+            "unshare -m true",
+            "mount -t tmpfs none /mnt",
+            "python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(0, 0, 0, 0) != 0)'",
+        ):
+            result = await run_in_sandbox(rt, "seccomped", command, user="root")
+            assert result.exit_code != 0, command
+
+    _run(tmp_path, scenario)
+
+
+def test_memory_limit_kills_the_hog_and_the_sandbox_lives_on(tmp_path: Path) -> None:
+    small = msgspec.structs.replace(TEMPLATES["base"], resources=Resources(memory_mb=96))
+
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("memhog", small))
+        hog = await run_in_sandbox(rt, "memhog", "python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'")
+        assert hog.exit_code != 0
+        assert "419430400" not in hog.stdout
+        after = await run_in_sandbox(rt, "memhog", "echo still-here")
+        assert after.stdout.strip() == "still-here"
+
+    _run(tmp_path, scenario)
+
+
+_FORK_UNTIL_REFUSED = """
+import errno, os, time
+count = 0
+for _ in range(100):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        print(count, errno.errorcode[exc.errno])
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    count += 1
+"""
+
+
+def test_fork_bomb_stops_at_the_pids_limit(tmp_path: Path) -> None:
+    small = msgspec.structs.replace(TEMPLATES["base"], resources=Resources(pids=48))
+
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("forkbomb", small))
+        bomb = await run_in_sandbox(rt, "forkbomb", f"python3 -c '{_FORK_UNTIL_REFUSED}'")
+        forked, refused = bomb.stdout.split()
+        assert int(forked) < 48
+        assert refused == "EAGAIN"
+
+    _run(tmp_path, scenario)
+
+
+def test_server_bound_to_loopback_inside_is_reachable_and_closed_ports_are_reported(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("webserver"))
+        with pytest.raises(PortClosed):
+            await rt.open_socket("webserver", 8008)
+        await run_in_sandbox(
+            rt, "webserver", "cd /tmp && echo hello > index.html && (python3 -m http.server 8008 --bind 127.0.0.1 "
+            ">/dev/null 2>&1 &) && for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/8008) 2>/dev/null && break; "
+            "sleep 0.1; done",
+        )  # fmt: skip
+        reader, writer = await asyncio.open_connection(sock=await rt.open_socket("webserver", 8008))
+        writer.write(b"GET /index.html HTTP/1.0\r\n\r\n")
+        response = await reader.read()
+        writer.close()
+        assert response.startswith(b"HTTP/1.0 200")
+        assert response.endswith(b"hello\n")
+
+    _run(tmp_path, scenario)
+
+
+def test_frozen_sandbox_thaws_and_answers(tmp_path: Path) -> None:
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("freezer"))
+        await rt.freeze("freezer")
+        assert rt.is_frozen("freezer")
+        await rt.thaw("freezer")
+        assert not rt.is_frozen("freezer")
+        assert (await run_in_sandbox(rt, "freezer", "echo awake")).stdout == "awake\n"
+
+    _run(tmp_path, scenario)
+
+
+def _children() -> list[int]:
+    """Our child processes, zombies included (other tenants' processes on the host do not count)."""
+    me, found = os.getpid(), []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # not a process, or it is gone
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+def _host_footprint(tmp_path: Path) -> tuple[int, list[int], list[str]]:
+    mounts = Path("/proc/self/mountinfo").read_text().count("\n")
+    processes = _children()
+    leftovers = sorted(os.listdir(tmp_path / "sandboxes")) if (tmp_path / "sandboxes").exists() else []
+    return mounts, processes, leftovers
+
+
+def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path: Path) -> None:
+    crashed: list[str] = []
+
+    async def record_exit(sandbox_id: str) -> None:
+        crashed.append(sandbox_id)
+
+    async def scenario(rt: LocalRuntime) -> None:
+        rt.set_exit_listener(record_exit)
+        mounts, processes, _ = _host_footprint(tmp_path)
+        for i in range(50):
+            await rt.start(spec(f"cycle{i}"))
+            await rt.stop(f"cycle{i}")
+        await rt.start(spec("crasher"))
+        os.kill(rt.host_pid("crasher"), 9)
+        for _ in range(200):
+            if crashed:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert crashed == ["crasher"]
+        after_mounts, after_processes, leftovers = _host_footprint(tmp_path)
+        assert leftovers == []
+        assert after_mounts == mounts
+        assert after_processes == processes == []
+        cgroups = [p for p in Path("/sys/fs/cgroup").glob("*/agent-sandbox-test-*/*") if p.is_dir()]
+        assert cgroups == []
+
+    _run(tmp_path, scenario)
