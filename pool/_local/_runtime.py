@@ -25,7 +25,7 @@ from pool._local._orphans import reap_orphans
 from pool._local._seccomp import seccomp_filter
 from pool._local._slots import SlotAllocator
 from pool._local._syscalls import set_child_subreaper
-from pool._local._userns import create_userns, host_id_base
+from pool._local._userns import IDS_PER_SANDBOX, create_userns, host_id_base
 from pool._runtime import SandboxSpec, SandboxStats
 from pool._templates import Resources
 
@@ -97,7 +97,7 @@ class LocalRuntime:
             layers = self._images.layer_dirs(spec.template)
         except ImageBuildError as exc:
             raise RuntimeFailure(str(exc)) from exc
-        box = self._prepare(spec.sandbox_id, len(layers), spec.template.resources)
+        box = self._prepare(spec.sandbox_id, layers, spec.template.resources)
         self._sandboxes[spec.sandbox_id] = box
         try:
             box.cgroup.create(spec.template.resources)
@@ -108,16 +108,18 @@ class LocalRuntime:
             await self.stop(spec.sandbox_id)
             raise
 
-    def _prepare(self, sandbox_id: str, layer_count: int, resources: Resources) -> _Sandbox:
+    def _prepare(self, sandbox_id: str, layers: list[Path], resources: Resources) -> _Sandbox:
         directory = self._root / sandbox_id
         slot = self._slots.take(str(directory))
         base = host_id_base(slot)
-        for sub in ("upper", "work", *(f"lower/{i}" for i in range(layer_count))):
+        for sub in ("upper", "work", *(f"lower/{i}" for i in range(len(layers)))):
             (directory / sub).mkdir(parents=True, exist_ok=True)
         for sub in ("upper", "work"):
             os.chown(directory / sub, base, base)
         (directory / "slot").write_text(str(slot))
         (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
+        # The exact layers, pinned: a snapshot must come back over the files its processes had open.
+        (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
         return _Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
 
     async def _launch(self, box: _Sandbox, layers: list[Path]) -> None:
@@ -155,7 +157,7 @@ class LocalRuntime:
         try:
             with open(box.directory / "launcher.log", "wb") as log:
                 return subprocess.Popen(
-                    argv, preexec_fn=steps, pass_fds=(seccomp_r, status_w, ready_w, userns_fd),
+                    argv, preexec_fn=steps, pass_fds=(seccomp_r, status_w, ready_w),  # the preexec uses userns_fd
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 )  # fmt: skip
         finally:
@@ -212,7 +214,8 @@ class LocalRuntime:
             os.close(box.netns_fd)
             box.netns_fd = -1
         box.cgroup.remove()
-        reap_orphans({b.process.pid for b in list(self._sandboxes.values()) if b.process is not None})
+        base = host_id_base(box.slot)
+        reap_orphans(range(base, base + IDS_PER_SANDBOX))
         (box.directory / "pid").unlink(missing_ok=True)
         if not keep_files:
             shutil.rmtree(box.directory, ignore_errors=True)
