@@ -1,0 +1,165 @@
+"""Routing: which handler answers which request, after the access-token check.
+
+    GET|HEAD /health               204
+    POST /init                     204 (applies envVars, accessToken, defaultUser, defaultWorkdir)
+    GET /envs                      200 the sandbox environment variables
+    GET /metrics                   200 CPU / memory / disk
+    GET|HEAD|POST /files           download / upload
+    POST /process.Process/*        Connect RPCs
+    POST /filesystem.Filesystem/*  Connect RPCs
+    anything else                  404
+
+The RPC services, /files and /metrics are imported only by `load()`: start-up time matters more
+than the first RPC's, so the entry point calls `load()` right after it reports ready, and the
+handlers call it too in case a request beats it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from executor._auth import UNAUTHORIZED_MESSAGE, request_allowed
+from executor._defaults import Defaults
+from executor._errors import ExecutorError, Unimplemented, error_json
+from executor._exchange import Request, Response
+from executor._reaper import Reaper
+
+if TYPE_CHECKING:
+    from executor._connect import Rpc
+    from executor._files import Files
+    from executor._metrics import Metrics
+    from executor._processes import ProcessTable
+    from executor._watch_service import WatchService
+
+__all__ = ("App", "Settings")
+
+JSON = "application/json"
+RPC_SERVICES = ("/process.Process/", "/filesystem.Filesystem/")
+MAX_INIT_BYTES = 1024 * 1024
+STOP_GRACE_SECONDS = 2.0
+
+Route = Callable[[Request, Response], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How this executor runs; decided once by the entry point (what /init may change is `Defaults`)."""
+
+    max_upload_bytes: int = 1024**3
+    process_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class _Loaded:
+    rpcs: dict[str, Rpc]
+    files: Files
+    metrics: Metrics
+    processes: ProcessTable
+    watches: WatchService
+
+
+class App:
+    """The executor's request handler."""
+
+    def __init__(self, settings: Settings, defaults: Defaults, reaper: Reaper) -> None:
+        self._settings = settings
+        self._defaults = defaults
+        self._reaper = reaper
+        self._loaded: _Loaded | None = None
+        self._routes: dict[str, dict[str, Route]] = {
+            "/health": {"GET": self._health, "HEAD": self._health},
+            "/init": {"POST": self._init},
+            "/envs": {"GET": self._envs},
+            "/metrics": {"GET": self._metrics},
+            "/files": {"GET": self._download, "HEAD": self._download, "POST": self._upload},
+        }
+
+    def load(self) -> _Loaded:
+        """Import and build everything beyond /health and /init (once)."""
+        if self._loaded is None:
+            from executor._files import Files
+            from executor._filesystem_service import FilesystemService
+            from executor._metrics import Metrics
+            from executor._process_service import ProcessService
+            from executor._processes import ProcessTable
+            from executor._watch_service import WatchService
+
+            processes = ProcessTable(self._reaper)
+            watches = WatchService(self._defaults)
+            services = {
+                "process.Process": ProcessService(processes, self._defaults, self._settings.process_path).methods(),
+                "filesystem.Filesystem": FilesystemService(self._defaults).methods() | watches.methods(),
+            }
+            rpcs = {f"/{service}/{name}": rpc for service, methods in services.items() for name, rpc in methods.items()}
+            files = Files(self._defaults, self._settings.max_upload_bytes)
+            self._loaded = _Loaded(rpcs, files, Metrics(), processes, watches)
+        return self._loaded
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start reaping children now: as pid 1 the executor adopts orphans from the start."""
+        self._reaper.install(loop)
+
+    async def close(self) -> None:
+        """Kill every process the executor started (and reap them), and stop every watch."""
+        if self._loaded is not None:
+            self._loaded.watches.close()
+            await self._loaded.processes.kill_all(grace=STOP_GRACE_SECONDS)
+
+    async def handle(self, request: Request, response: Response) -> None:
+        if not request_allowed(self._defaults, request.method, request.path, request.headers):
+            await _error(response, 401, UNAUTHORIZED_MESSAGE)
+            return
+        methods = self._routes.get(request.path)
+        if methods is None and request.path.startswith(RPC_SERVICES):
+            methods = {"POST": self._rpc}
+        if methods is None:
+            await _error(response, 404, f"no such endpoint: {request.path}")
+        elif request.method not in methods:
+            await _error(response, 405, f"method {request.method} is not allowed on {request.path}")
+        else:
+            await methods[request.method](request, response)
+
+    async def _health(self, request: Request, response: Response) -> None:
+        await response.send(204)
+
+    async def _init(self, request: Request, response: Response) -> None:
+        from executor._init import apply_init
+
+        try:
+            apply_init(self._defaults, await request.body.read(MAX_INIT_BYTES))
+        except ExecutorError as exc:
+            await _error(response, exc.status, exc.message)
+            return
+        await response.send(204)
+
+    async def _envs(self, request: Request, response: Response) -> None:
+        import json
+
+        await response.send(200, json.dumps(self._defaults.env_vars).encode(), JSON)
+
+    async def _metrics(self, request: Request, response: Response) -> None:
+        import json
+
+        await response.send(200, json.dumps(self.load().metrics.snapshot()).encode(), JSON)
+
+    async def _download(self, request: Request, response: Response) -> None:
+        await self.load().files.download(request, response)
+
+    async def _upload(self, request: Request, response: Response) -> None:
+        await self.load().files.upload(request, response)
+
+    async def _rpc(self, request: Request, response: Response) -> None:
+        rpc = self.load().rpcs.get(request.path)
+        if rpc is None:
+            from executor._connect import send_error
+
+            await send_error(response, Unimplemented(f"unknown method {request.path}"), status=404)
+            return
+        await rpc.serve(request, response)
+
+
+async def _error(response: Response, status: int, message: str) -> None:
+    await response.send(status, error_json(status, message), JSON)

@@ -1,0 +1,111 @@
+"""The command line: `python3 -m executor` runs the envd-compatible daemon of a sandbox.
+
+    python3 -m executor [--host 0.0.0.0] [--port 49983] [--ready-fd N] [--log PATH]
+                        [--default-user user] [--init-file PATH] [--max-upload-bytes N]
+
+The launcher waits for `ready` on --ready-fd. SIGTERM (or SIGINT) kills every process the
+executor started and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+
+from executor._app import App, Settings
+from executor._defaults import Defaults
+from executor._http import Connection
+from executor._reaper import Reaper
+
+__all__ = ("main",)
+
+logger = logging.getLogger("executor")
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the executor until SIGTERM; the exit status."""
+    options = _parse(argv)
+    if options.log:
+        _redirect_stdio(options.log)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s executor %(levelname)s %(message)s")
+    if os.getpid() != 1:
+        _become_subreaper()
+    settings = Settings(
+        max_upload_bytes=options.max_upload_bytes,
+        process_path=os.environ.get("PATH") or Settings.process_path,
+    )
+    defaults = Defaults(user=options.default_user)
+    if options.init_file:
+        from executor._errors import ExecutorError
+        from executor._init import apply_init
+
+        try:
+            with open(options.init_file, "rb") as file:
+                apply_init(defaults, file.read())
+        except (OSError, ExecutorError) as exc:
+            print(f"executor: cannot apply --init-file {options.init_file}: {exc}", file=sys.stderr)
+            return 2
+    return asyncio.run(_serve(options.host, options.port, options.ready_fd, App(settings, defaults, Reaper())))
+
+
+async def _serve(host: str, port: int, ready_fd: int | None, app: App) -> int:
+    loop = asyncio.get_running_loop()
+    app.install(loop)
+    stop = asyncio.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        listener = socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as exc:
+        logger.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+        return 1
+    server = await loop.create_server(lambda: Connection(app.handle), sock=listener)
+    logger.info("listening on %s:%d", host, listener.getsockname()[1])
+    if ready_fd is not None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    app.load()
+    await stop.wait()
+    server.close()
+    await app.close()
+    return 0
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m executor", description="envd-compatible sandbox daemon")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=49983, help="port to listen on (default: 49983; 0 picks one)")
+    parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening, then close it")
+    parser.add_argument("--log", help="reopen stdin to /dev/null and stdout/stderr to this file (append)")
+    parser.add_argument("--default-user", default="user", help="user for requests that name none (default: user)")
+    parser.add_argument("--init-file", help="JSON with the fields of POST /init, applied at start-up")
+    parser.add_argument(
+        "--max-upload-bytes", type=int, default=1024**3, help="largest accepted POST /files body (default: 1 GiB)"
+    )
+    return parser.parse_args(argv)
+
+
+def _redirect_stdio(path: str) -> None:
+    """Point fds 0/1/2 at files inside the sandbox (CRIU cannot restore fds on host files)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+
+
+def _become_subreaper() -> None:
+    """Not pid 1 (e.g. in tests): adopt orphans anyway, so the Reaper sees them as pid 1 would."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

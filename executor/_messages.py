@@ -1,0 +1,291 @@
+"""The messages of envd's `process.Process` and `filesystem.Filesystem` services, as msgspec Structs.
+
+They follow the proto3 JSON mapping the SDKs use (e2b-protocol.md §3.4 to §3.6):
+
+* fields are lowerCamelCase on the wire (`Message` sets `rename="camel"`); the few request fields
+  whose proto name differs (`watcher_id`, `include_entry`, `allow_network_mounts`) are also
+  accepted in snake_case through an explicit second field;
+* defaults are omitted on output (`omit_defaults`), which proto3 readers take as the default;
+* `bytes` travel as base64 (msgspec's JSON default); int64 `size` is a string on output;
+  uint32 inputs may be numbers or strings (`decoder()` is built with `strict=False`);
+* enums are their value names on output; `Signal` is also accepted as a number;
+* a oneof is a group of optional fields of which exactly one is set; `{}` is an empty message.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+
+__all__ = (
+    "DataEvent",
+    "Empty",
+    "EndEvent",
+    "EntryInfo",
+    "EntryResponse",
+    "FilesystemEvent",
+    "GetWatcherEventsResponse",
+    "ListDirRequest",
+    "ListDirResponse",
+    "ListResponse",
+    "Message",
+    "MoveRequest",
+    "PathRequest",
+    "ProcessConfig",
+    "ProcessEvent",
+    "ProcessEventResponse",
+    "ProcessInfo",
+    "ProcessInput",
+    "ProcessSelector",
+    "Pty",
+    "PtySize",
+    "SelectorRequest",
+    "SendInputRequest",
+    "SendSignalRequest",
+    "StartEvent",
+    "StartRequest",
+    "StreamInputData",
+    "StreamInputRequest",
+    "StreamInputStart",
+    "UpdateRequest",
+    "WatchDirResponse",
+    "WatchRequest",
+    "WatcherIdResponse",
+    "WatcherRequest",
+    "decoder",
+    "encode",
+)
+
+M = TypeVar("M", bound="Message")
+
+
+class Message(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Base of every envd message: camelCase names, defaults left out, unknown fields ignored."""
+
+
+class Empty(Message):
+    """`{}`: the empty responses, `KeepAlive`, `ListRequest` and the WatchDir start event."""
+
+
+# process.Process
+
+
+class PtySize(Message):
+    cols: int = 0
+    rows: int = 0
+
+
+class Pty(Message):
+    size: PtySize | None = None
+
+
+class ProcessConfig(Message):
+    cmd: str = ""
+    args: list[str] = []
+    envs: dict[str, str] = {}
+    cwd: str | None = None
+
+
+class ProcessSelector(Message):
+    """Oneof: a process by pid or by tag."""
+
+    pid: int | None = None
+    tag: str | None = None
+
+
+class ProcessInput(Message):
+    """Oneof: bytes for the stdin pipe or for the PTY."""
+
+    stdin: bytes | None = None
+    pty: bytes | None = None
+
+
+class StartRequest(Message):
+    process: ProcessConfig | None = None
+    pty: Pty | None = None
+    tag: str | None = None
+    stdin: bool | None = None  # absent means true (legacy clients); the SDK sends false unless asked
+
+
+class SelectorRequest(Message):
+    """`ConnectRequest` and `CloseStdinRequest`: just a process selector."""
+
+    process: ProcessSelector | None = None
+
+
+class UpdateRequest(Message):
+    process: ProcessSelector | None = None
+    pty: Pty | None = None
+
+
+class SendInputRequest(Message):
+    process: ProcessSelector | None = None
+    input: ProcessInput | None = None
+
+
+class SendSignalRequest(Message):
+    process: ProcessSelector | None = None
+    signal: str | int = 0
+
+
+class StreamInputStart(Message):
+    process: ProcessSelector | None = None
+
+
+class StreamInputData(Message):
+    input: ProcessInput | None = None
+
+
+class StreamInputRequest(Message):
+    """Oneof: the first message names the process, the following ones carry input."""
+
+    start: StreamInputStart | None = None
+    data: StreamInputData | None = None
+    keepalive: Empty | None = None
+
+
+class StartEvent(Message):
+    pid: int = 0
+
+
+class DataEvent(Message):
+    """Oneof: one chunk of output."""
+
+    stdout: bytes | None = None
+    stderr: bytes | None = None
+    pty: bytes | None = None
+
+
+class EndEvent(Message):
+    exit_code: int = 0
+    exited: bool = False
+    status: str = ""
+    error: str | None = None
+
+
+class ProcessEvent(Message):
+    """Oneof: start, data, end or keepalive."""
+
+    start: StartEvent | None = None
+    data: DataEvent | None = None
+    end: EndEvent | None = None
+    keepalive: Empty | None = None
+
+
+class ProcessEventResponse(Message):
+    """`StartResponse` and `ConnectResponse`."""
+
+    event: ProcessEvent
+
+
+class ProcessInfo(Message):
+    config: ProcessConfig
+    pid: int
+    tag: str | None = None
+
+
+class ListResponse(Message):
+    processes: list[ProcessInfo] = []
+
+
+# filesystem.Filesystem
+
+
+class EntryInfo(Message):
+    name: str
+    type: str  # FILE_TYPE_*
+    path: str
+    size: str = "0"  # int64: a JSON string
+    mode: int = 0
+    permissions: str = ""
+    owner: str = ""
+    group: str = ""
+    modified_time: str | None = None  # RFC 3339
+    symlink_target: str | None = None
+    is_symlink: bool = False
+
+
+class PathRequest(Message):
+    """`StatRequest`, `MakeDirRequest` and `RemoveRequest`."""
+
+    path: str = ""
+
+
+class MoveRequest(Message):
+    source: str = ""
+    destination: str = ""
+
+
+class ListDirRequest(Message):
+    path: str = ""
+    depth: int = 0
+
+
+class WatchRequest(Message):
+    """`WatchDirRequest` and `CreateWatcherRequest`."""
+
+    path: str = ""
+    recursive: bool = False
+    include_entry: bool = False
+    allow_network_mounts: bool = False
+    include_entry_snake: bool = msgspec.field(default=False, name="include_entry")
+    allow_network_mounts_snake: bool = msgspec.field(default=False, name="allow_network_mounts")
+
+    @property
+    def wants_entry(self) -> bool:
+        return self.include_entry or self.include_entry_snake
+
+
+class WatcherRequest(Message):
+    """`GetWatcherEventsRequest` and `RemoveWatcherRequest`."""
+
+    watcher_id: str = ""
+    watcher_id_snake: str = msgspec.field(default="", name="watcher_id")
+
+    @property
+    def id(self) -> str:
+        return self.watcher_id or self.watcher_id_snake
+
+
+class EntryResponse(Message):
+    """`StatResponse`, `MakeDirResponse` and `MoveResponse`."""
+
+    entry: EntryInfo
+
+
+class ListDirResponse(Message):
+    entries: list[EntryInfo] = []
+
+
+class FilesystemEvent(Message):
+    name: str
+    type: str  # EVENT_TYPE_*
+    entry: EntryInfo | None = None
+
+
+class WatchDirResponse(Message):
+    """Oneof: start (always first), filesystem or keepalive."""
+
+    start: Empty | None = None
+    filesystem: FilesystemEvent | None = None
+    keepalive: Empty | None = None
+
+
+class WatcherIdResponse(Message):
+    """`CreateWatcherResponse`."""
+
+    watcher_id: str
+
+
+class GetWatcherEventsResponse(Message):
+    events: list[FilesystemEvent] = []
+
+
+_encoder = msgspec.json.Encoder()
+encode = _encoder.encode
+
+
+def decoder(message_type: type[M]) -> msgspec.json.Decoder[M]:
+    """A reusable decoder that also takes numbers as strings and strings as numbers."""
+    return msgspec.json.Decoder(message_type, strict=False)

@@ -1,0 +1,137 @@
+"""Starting one process as a given user, with pipes or a PTY.
+
+`subprocess.Popen` does the fork/exec (setgroups/setgid/setuid, cwd, env, closing inherited fds);
+it is never asked to wait, because the Reaper owns all waiting. Without a PTY the process gets its
+own process group and three pipes (stdin is /dev/null unless asked for); with one it gets a new
+session whose controlling terminal is the PTY (the one step Popen lacks, done in `preexec_fn`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import struct
+import subprocess
+import termios
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from executor._errors import InvalidArgument
+from executor._users import User
+
+__all__ = ("Child", "Spec", "set_window_size", "spawn")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything needed to start a process."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    user: User
+    stdin: bool = False
+    pty_size: tuple[int, int] | None = None  # (cols, rows)
+    tag: str | None = None
+    timeout: float | None = None  # SIGKILL after this many seconds
+    request_envs: dict[str, str] = field(default_factory=dict)  # as asked, for List
+
+
+@dataclass
+class Child:
+    """A spawned process and the executor's ends of its streams."""
+
+    spec: Spec
+    popen: subprocess.Popen[bytes]
+    outputs: dict[int, str]  # fd -> "stdout" | "stderr" | "pty"
+    input_fd: int | None  # stdin pipe, or a dup of the PTY master
+    pty_fd: int | None
+
+
+def spawn(spec: Spec) -> Child:
+    """Fork and exec `spec`; InvalidArgument if that fails (no such command, bad cwd…)."""
+    if spec.pty_size is not None:
+        return _spawn_with_pty(spec, *spec.pty_size)
+    return _spawn_with_pipes(spec)
+
+
+def set_window_size(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _spawn_with_pipes(spec: Spec) -> Child:
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    in_read, in_write = os.pipe() if spec.stdin else (subprocess.DEVNULL, -1)
+    try:
+        popen = _popen(spec, in_read, out_write, err_write, new_session=False)
+    except BaseException:
+        _close(out_read, err_read, in_write)
+        raise
+    finally:
+        _close(out_write, err_write, in_read)
+    for fd in (out_read, err_read, in_write):
+        if fd >= 0:
+            os.set_blocking(fd, False)
+    return Child(spec, popen, {out_read: "stdout", err_read: "stderr"}, in_write if in_write >= 0 else None, None)
+
+
+def _spawn_with_pty(spec: Spec, cols: int, rows: int) -> Child:
+    master, slave = os.openpty()
+    set_window_size(master, cols, rows)
+    with contextlib.suppress(OSError):
+        os.fchown(slave, spec.user.uid, -1)  # so the user's programs can reopen their terminal
+    try:
+        popen = _popen(spec, slave, slave, slave, new_session=True)
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    os.set_blocking(master, False)
+    return Child(spec, popen, {master: "pty"}, os.dup(master), master)
+
+
+def _popen(spec: Spec, stdin: int, stdout: int, stderr: int, *, new_session: bool) -> subprocess.Popen[bytes]:
+    user = spec.user
+    preexec: Callable[[], None] | None = _take_controlling_terminal if new_session else None
+    try:
+        return subprocess.Popen(
+            spec.argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=spec.cwd,
+            env=spec.env,
+            user=user.uid,
+            group=user.gid,
+            extra_groups=user.groups() if _can_set_groups() else None,
+            start_new_session=new_session,
+            process_group=None if new_session else 0,
+            preexec_fn=preexec,
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        raise InvalidArgument(f"error starting process '{' '.join(spec.argv)}': {exc}") from exc
+
+
+def _take_controlling_terminal() -> None:
+    """Runs in the child, after setsid(): make the PTY on stdin its controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@functools.cache
+def _can_set_groups() -> bool:
+    """Whether setgroups() is allowed here (it is not in some user namespaces, nor for non-root)."""
+    try:
+        os.setgroups(os.getgroups())
+    except PermissionError:
+        return False
+    return True
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)

@@ -1,0 +1,57 @@
+"""Linux users: who an RPC or file operation runs as.
+
+RPCs name their user with `Authorization: Basic base64("<name>:")` (empty password), `/files` with
+the `username` query parameter; without either, the sandbox's default user applies (`--default-user`
+or `defaultUser` from /init). Unknown users are `Unauthenticated` ("invalid username"), as in envd.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+import pwd
+from base64 import b64decode
+from dataclasses import dataclass
+
+from executor._errors import Unauthenticated
+
+__all__ = ("User", "from_authorization", "lookup")
+
+
+@dataclass(frozen=True)
+class User:
+    """An account from /etc/passwd."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    shell: str
+
+    def groups(self) -> list[int]:
+        """Supplementary group ids, from /etc/group."""
+        return os.getgrouplist(self.name, self.gid)
+
+
+def lookup(name: str) -> User:
+    """The user called `name`, or Unauthenticated."""
+    try:
+        entry = pwd.getpwnam(name)
+    except (KeyError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise Unauthenticated(f"invalid username: '{name}'") from exc
+    return User(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir or "/", entry.pw_shell or "/bin/sh")
+
+
+def from_authorization(header: str | None, default: str) -> User:
+    """The user named by an `Authorization: Basic` header, else the default user."""
+    if not header:
+        return lookup(default)
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() != "basic":
+        raise Unauthenticated(f"unsupported authorization scheme '{scheme}': expected Basic")
+    try:
+        decoded = b64decode(credentials.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise Unauthenticated("invalid Basic authorization header") from exc
+    name = decoded.partition(":")[0]
+    return lookup(name) if name else lookup(default)

@@ -1,0 +1,135 @@
+"""A running executor for the executor tests, and clients for it.
+
+`run_executor()` starts `python -m executor` on a free port of this host (as root, running
+commands as root: the host has no `user` account) with an access token set through --init-file,
+waits for its ready fd, and stops it afterwards. Tests must talk to it only over HTTP, through
+`Envd` (base URL, token, SDK sandboxes, an httpx client), so that the same tests can later run
+against an executor inside a real sandbox. The fixtures are `envd` and `workdir` (a fresh
+directory made through the API); import them under their `*_fixture` names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import AsyncSandbox, ConnectionConfig, Sandbox
+from e2b.sandbox.main import SandboxOpts
+from packaging.version import Version
+
+__all__ = ("ENVD_VERSION", "Envd", "envd_fixture", "run_executor", "workdir_fixture")
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+ENVD_VERSION = "0.5.7"
+"""The envd version the SDK is told: multipart and octet-stream uploads, CloseStdin."""
+READY_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class Envd:
+    """How to reach one executor."""
+
+    url: str
+    access_token: str | None
+    stop: Callable[[], int]
+    """Stop the executor (SIGTERM) and return its exit status."""
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        """Headers every SDK request to envd carries."""
+        base = {"E2b-Sandbox-Id": "executortest", "E2b-Sandbox-Port": "49983"}
+        if self.access_token is not None:
+            base["X-Access-Token"] = self.access_token
+        return base | extra
+
+    def client(self, **headers: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers(**headers), timeout=30)
+
+    def sandbox(self) -> Sandbox:
+        """The SDK's Sandbox object for this executor (no control plane involved)."""
+        return Sandbox(**self._sandbox_options())
+
+    def async_sandbox(self) -> AsyncSandbox:
+        return AsyncSandbox(**self._sandbox_options())
+
+    def _sandbox_options(self) -> SandboxOpts:
+        config = ConnectionConfig(api_key="e2b_" + "0" * 32, sandbox_url=self.url, extra_sandbox_headers=self.headers())
+        return {
+            "sandbox_id": "executortest",
+            "sandbox_domain": None,
+            "envd_version": Version(ENVD_VERSION),
+            "envd_access_token": self.access_token,
+            "traffic_access_token": None,
+            "connection_config": config,
+        }
+
+
+@contextlib.contextmanager
+def run_executor(*arguments: str, access_token: str | None = "test-token") -> Iterator[Envd]:
+    """Start an executor subprocess, yield its `Envd` once it is ready, stop it afterwards."""
+    with tempfile.TemporaryDirectory(prefix="executor-") as scratch:
+        init_file = Path(scratch, "init.json")
+        init_file.write_text(json.dumps({"accessToken": access_token}))
+        log = Path(scratch, "executor.log")
+        port = _free_port()
+        ready_read, ready_write = os.pipe()
+        command = [sys.executable, "-m", "executor", "--host", "127.0.0.1", "--port", str(port)]
+        command += ["--ready-fd", str(ready_write), "--default-user", "root", "--init-file", str(init_file)]
+        command += ["--log", str(log), *arguments]
+        process = subprocess.Popen(command, cwd=REPOSITORY, pass_fds=(ready_write,))
+        os.close(ready_write)
+
+        def stop() -> int:
+            process.terminate()
+            return process.wait(timeout=10)
+
+        try:
+            _wait_ready(ready_read, process, log)
+            yield Envd(f"http://127.0.0.1:{port}", access_token, stop)
+        finally:
+            os.close(ready_read)
+            stop()
+        if "Traceback" in log.read_text():  # an unexpected error inside the executor is a bug
+            raise AssertionError(f"the executor logged an unexpected error:\n{log.read_text()}")
+
+
+def _wait_ready(ready_fd: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    readable, _, _ = select.select([ready_fd], [], [], READY_TIMEOUT)
+    if not readable or os.read(ready_fd, 16) != b"ready\n":
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"executor did not become ready:\n{log.read_text() if log.exists() else ''}")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(name="envd", scope="session")
+def envd_fixture() -> Iterator[Envd]:
+    with run_executor() as running:
+        yield running
+
+
+@pytest.fixture(name="workdir")
+def workdir_fixture(envd: Envd) -> Iterator[str]:
+    """An empty directory inside the sandbox, made and removed through the API."""
+    sandbox = envd.sandbox()
+    path = f"/tmp/executor-tests/{uuid.uuid4().hex}"
+    sandbox.files.make_dir(path)
+    yield path
+    sandbox.files.remove(path)

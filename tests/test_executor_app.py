@@ -1,0 +1,87 @@
+"""The plain endpoints: /health, /init, /envs, /metrics, and stopping the executor."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.executor_fixtures import Envd, envd_fixture, run_executor  # noqa: F401 - fixtures
+
+METRICS = {"ts", "cpu_count", "cpu_used_pct", "mem_total", "mem_used", "mem_cache", "mem_total_mib", "mem_used_mib"}
+
+
+@pytest.fixture
+def fresh() -> Iterator[Envd]:
+    """An executor of its own: these tests change its token and defaults."""
+    with run_executor() as running:
+        yield running
+
+
+def test_health_needs_no_token(envd: Envd) -> None:
+    with envd.client(**{"X-Access-Token": "wrong"}) as client:
+        assert client.get("/health").status_code == 204
+
+
+def test_envs_and_metrics_need_the_token(envd: Envd) -> None:
+    with envd.client(**{"X-Access-Token": "wrong"}) as client:
+        assert client.get("/envs").status_code == client.get("/metrics").status_code == 401
+
+
+def test_metrics_report_cpu_memory_and_disk(envd: Envd) -> None:
+    with envd.client() as client:
+        client.get("/metrics")
+        metrics = client.get("/metrics").json()
+    assert METRICS | {"disk_used", "disk_total"} <= set(metrics)
+    assert metrics["mem_total"] >= metrics["mem_used"] > 0
+    assert 0 <= metrics["cpu_used_pct"] <= 100
+
+
+def test_init_env_vars_reach_new_processes_and_requests_override_them(fresh: Envd) -> None:
+    with fresh.client() as client:
+        assert client.post("/init", json={"envVars": {"FROM_INIT": "yes", "BOTH": "init"}}).status_code == 204
+        assert client.get("/envs").json() == {"FROM_INIT": "yes", "BOTH": "init"}
+    result = fresh.sandbox().commands.run('echo "$FROM_INIT $BOTH"', envs={"BOTH": "request"})
+    assert result.stdout == "yes request\n"
+
+
+def test_init_replaces_the_token_and_requires_the_current_one(fresh: Envd) -> None:
+    with fresh.client(**{"X-Access-Token": ""}) as anonymous:
+        assert anonymous.post("/init", json={"accessToken": "stolen"}).status_code == 401
+    with fresh.client() as client:
+        assert client.post("/init", json={"accessToken": "second-token"}).status_code == 204
+        assert client.get("/envs").status_code == 401
+    with fresh.client(**{"X-Access-Token": "second-token"}) as client:
+        assert client.get("/envs").status_code == 200
+
+
+def test_init_before_any_token_is_open_then_closes() -> None:
+    with run_executor(access_token=None) as open_executor, open_executor.client() as client:
+        assert client.post("/process.Process/List", json={}).status_code == 200
+        assert client.post("/init", json={"accessToken": "now-set"}).status_code == 204
+        assert client.post("/process.Process/List", json={}).status_code == 401
+
+
+def test_init_with_an_unknown_default_user_is_400_and_changes_nothing(fresh: Envd) -> None:
+    with fresh.client() as client:
+        response = client.post("/init", json={"envVars": {"X": "1"}, "defaultUser": "no-such-user"})
+        assert (response.status_code, response.json()["code"]) == (400, 400)
+        assert client.get("/envs").json() == {}
+        assert client.post("/init", content=b"[not json").status_code == 400
+
+
+def test_default_user_and_workdir_come_from_init(fresh: Envd) -> None:
+    with fresh.client() as client:
+        assert client.post("/init", json={"defaultUser": "nobody", "defaultWorkdir": "/tmp"}).status_code == 204
+    assert fresh.sandbox().commands.run("id -un; pwd").stdout == "nobody\n/tmp\n"
+
+
+def test_sigterm_kills_and_reaps_the_processes_then_exits_zero() -> None:
+    """Looks at the host's process table: this one is about the executor process itself."""
+    with run_executor() as running:
+        handle = running.sandbox().commands.run("echo ready; sleep 300", background=True, timeout=0)
+        next(iter(handle))
+        assert running.stop() == 0
+        with pytest.raises(ProcessLookupError):
+            os.kill(handle.pid, 0)
