@@ -1,0 +1,54 @@
+"""The data plane: the ASGI middleware in front of the control-plane app that proxies sandbox traffic."""
+
+from __future__ import annotations
+
+from gateway._errors_response import ASGIApp, Receive, Scope, Send, error_reply, send_error
+from gateway._http_proxy import UpstreamConnection, proxy_http
+from gateway._routing import Router, RoutingError, host_header
+from gateway._upstream import UpstreamOpener, UpstreamPool
+from gateway._ws_proxy import proxy_websocket, reject_websocket
+
+__all__ = ["DataPlane"]
+
+
+class DataPlane:
+    """Routes HTTP and WebSocket requests for ``<port>-<id>.<domain>`` (or the E2B routing headers) to the sandbox.
+
+    Everything else, and every other scope type (lifespan), reaches ``app`` untouched. The instance holds only
+    configuration and the shared connection pool; per-request state lives in the proxies' locals.
+    ``pool.drop(sandbox_id)`` is for the lifecycle layer to call when it pauses or stops a sandbox.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        opener: UpstreamOpener,
+        domain: str,
+        pool: UpstreamPool[UpstreamConnection] | None = None,
+    ) -> None:
+        self.app = app
+        self.pool: UpstreamPool[UpstreamConnection] = pool if pool is not None else UpstreamPool()
+        self._opener = opener
+        self._router = Router(domain)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        try:
+            route = self._router.parse(host_header(headers), headers)
+        except RoutingError as exc:
+            reply = error_reply(exc, None)
+            await (send_error(send, reply) if kind == "http" else reject_websocket(scope, send, reply))
+            return
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        self._opener.touch(route.sandbox_id)
+        if kind == "http":
+            await proxy_http(scope, receive, send, route, self._opener, self.pool)
+        else:
+            await proxy_websocket(scope, receive, send, route, self._opener)
