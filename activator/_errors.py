@@ -1,12 +1,13 @@
 """Errors of the lifecycle layer, each with the HTTP status the control plane answers with.
 
-    ActivatorError                 500  base class
-    ├── SandboxNotFound            404  no such sandbox for this owner (502 on the data plane)
-    ├── PortNotOpen                502  the sandbox runs but nothing listens on the port
-    ├── InvalidRequest             400  the request is malformed or names an unknown template
-    ├── SandboxConflict            409  the transition is not allowed in the current state
-    ├── HoldQueueFull              503  too many requests are already held for sandboxes
-    └── HoldTimeout                504  the sandbox did not become ready before the hold deadline
+ActivatorError                 500  base class
+├── SandboxNotFound            404  no such sandbox for this owner (502 on the data plane)
+├── PortNotOpen                502  the sandbox runs but nothing listens on the port
+├── InvalidRequest             400  the request is malformed
+├── TemplateNotFound           404  the request names no template we have (in `_catalog`)
+├── SandboxConflict            409  the transition is not allowed in the current state
+├── HoldQueueFull              503  too many requests are already held for sandboxes
+└── HoldTimeout                504  the sandbox did not become ready before the hold deadline
 """
 
 from __future__ import annotations

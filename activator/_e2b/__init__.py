@@ -1,0 +1,36 @@
+"""The E2B control plane: Litestar routes, `X-API-Key` auth and E2B's error shape, assembled by `e2b_router`."""
+
+from __future__ import annotations
+
+from litestar import Router
+from litestar.di import Provide
+from litestar.middleware import DefineMiddleware
+
+from activator._e2b._auth import EXCLUDE_FROM_AUTH, ApiKeyAuth
+from activator._e2b._error_handler import e2b_error_response
+from activator._e2b._info_routes import INFO_ROUTES
+from activator._e2b._lifecycle_routes import LIFECYCLE_ROUTES
+from activator._e2b._state import ACTIVATOR, API_KEYS, activator_from, owner_from
+
+__all__ = ["ACTIVATOR", "API_KEYS", "MAX_BODY_BYTES", "e2b_error_response", "e2b_router"]
+
+MAX_BODY_BYTES = 1 << 20  # control-plane bodies are small JSON documents; larger ones get 413
+
+
+def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
+    """Every E2B control-plane route with its auth middleware, error handler and request body limit.
+
+    Handlers find the `Activator` at `app.state.activator` and the auth middleware the `ApiKeys` at
+    `app.state.api_keys` (keys `ACTIVATOR`, `API_KEYS`); the app's lifespan must set both before serving.
+    """
+    return Router(
+        path="/",
+        route_handlers=[*LIFECYCLE_ROUTES, *INFO_ROUTES],
+        dependencies={
+            "activator": Provide(activator_from, sync_to_thread=False),
+            "owner": Provide(owner_from, sync_to_thread=False),
+        },
+        middleware=[DefineMiddleware(ApiKeyAuth, exclude_from_auth_key=EXCLUDE_FROM_AUTH)],
+        exception_handlers={Exception: e2b_error_response},
+        request_max_body_size=max_body_bytes,
+    )

@@ -1,0 +1,28 @@
+"""`X-API-Key` authentication: the key's id becomes `request.user`, the owner every handler acts for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from activator._e2b._state import api_keys_from
+
+__all__ = ["EXCLUDE_FROM_AUTH", "ApiKeyAuth"]
+
+EXCLUDE_FROM_AUTH = "exclude_from_auth"  # handler opt that lets a route (health) through without a key
+
+
+class ApiKeyAuth(AbstractAuthenticationMiddleware):
+    """Refuses requests without a valid `X-API-Key` (header names are case-insensitive) with 401."""
+
+    async def authenticate_request(self, connection: ASGIConnection[Any, Any, Any, Any]) -> AuthenticationResult:
+        raw = connection.headers.get("x-api-key")
+        if not raw:
+            raise NotAuthorizedException("missing X-API-Key header")
+        owner = await api_keys_from(connection.app.state).verify(raw)
+        if owner is None:
+            raise NotAuthorizedException("invalid API key")
+        return AuthenticationResult(user=owner, auth=None)

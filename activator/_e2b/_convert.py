@@ -1,0 +1,150 @@
+"""Translations between the activator's own types and E2B's wire structs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+
+import msgspec
+
+from activator._e2b import _wire
+from activator._logs import LogLine
+from activator._records import CreateRequest, Lifecycle, SandboxRecord, SandboxState
+from activator._settings import ActivatorSettings
+from pool import SandboxStats, Template
+
+__all__ = [
+    "WIRE_STATES",
+    "WireState",
+    "create_request",
+    "log_entry",
+    "log_line",
+    "metric",
+    "sandbox",
+    "sandbox_detail",
+    "sandbox_listed",
+    "template",
+]
+
+WireState = Literal["running", "paused"]
+
+# E2B's states -> ours. A wire state may cover several of ours (the coming `snapshotted` will read as `paused`).
+WIRE_STATES: dict[WireState, frozenset[SandboxState]] = {
+    "running": frozenset({SandboxState.RUNNING}),
+    "paused": frozenset({SandboxState.PAUSED}),
+}
+_WIRE_STATE: dict[SandboxState, WireState] = {state: wire for wire, states in WIRE_STATES.items() for state in states}
+
+
+def create_request(body: _wire.NewSandbox, *, default_timeout: int, default_secure: bool) -> CreateRequest:
+    """A create body with the endpoint's defaults applied (v2: 300 s and always secure; v1: 15 s, `secure`)."""
+    auto_resume = body.auto_resume.enabled if body.auto_resume else False
+    on_timeout: Literal["kill", "pause"] = "pause" if body.auto_pause else "kill"
+    if body.lifecycle:
+        on_timeout = body.lifecycle.on_timeout or on_timeout
+        auto_resume = auto_resume if body.lifecycle.auto_resume is None else body.lifecycle.auto_resume
+    return CreateRequest(
+        template=body.template_id,
+        timeout=default_timeout if body.timeout is None else body.timeout,
+        metadata=body.metadata or {},
+        env_vars=body.env_vars or {},
+        secure=default_secure if body.secure is None else body.secure,
+        lifecycle=Lifecycle(on_timeout=on_timeout, auto_resume=auto_resume),
+        allow_internet_access=body.allow_internet_access,
+    )
+
+
+def sandbox(record: SandboxRecord) -> _wire.Sandbox:
+    """The answer to create, connect and resume."""
+    return _wire.Sandbox(
+        template_id=record.template,
+        sandbox_id=record.id,
+        client_id=record.client_id,
+        envd_version=record.envd_version,
+        traffic_access_token=None,
+        domain=record.domain,
+        alias=record.alias,
+        envd_access_token=record.access_token,
+    )
+
+
+def sandbox_listed(record: SandboxRecord) -> _wire.ListedSandbox:
+    """One item of a listing."""
+    return _wire.ListedSandbox(
+        template_id=record.template,
+        sandbox_id=record.id,
+        client_id=record.client_id,
+        started_at=_time(record.started_at),
+        end_at=_time(record.end_at),
+        cpu_count=record.cpu_count,
+        memory_mb=record.memory_mb,
+        disk_size_mb=record.disk_mb,
+        state=_WIRE_STATE[record.state],
+        envd_version=record.envd_version,
+        metadata=record.metadata,
+        alias=record.alias,
+    )
+
+
+def sandbox_detail(record: SandboxRecord) -> _wire.SandboxDetail:
+    """The answer to GET /sandboxes/{id}: the listing's fields and the sandbox's settings."""
+    return _wire.SandboxDetail(
+        **msgspec.structs.asdict(sandbox_listed(record)),
+        domain=record.domain,
+        allow_internet_access=record.allow_internet_access,
+        lifecycle=_wire.LifecycleOut(auto_resume=record.lifecycle.auto_resume, on_timeout=record.lifecycle.on_timeout),
+        envd_access_token=record.access_token,
+    )
+
+
+def metric(at: float, stats: SandboxStats) -> _wire.SandboxMetric:
+    """One metrics sample."""
+    return _wire.SandboxMetric(
+        timestamp=_time(at),
+        timestamp_unix=int(at),
+        cpu_count=stats.cpu_count,
+        cpu_used_pct=stats.cpu_used_pct,
+        mem_used=stats.mem_used,
+        mem_total=stats.mem_total,
+        mem_cache=stats.mem_cache,
+        disk_used=stats.disk_used,
+        disk_total=stats.disk_total,
+    )
+
+
+def log_line(line: LogLine) -> _wire.LogLine:
+    """A v1 plain log line."""
+    return _wire.LogLine(timestamp=_time(line.timestamp), line=line.message)
+
+
+def log_entry(line: LogLine) -> _wire.LogEntry:
+    """A structured log entry (v1 `logEntries`, v2 `logs`)."""
+    return _wire.LogEntry(timestamp=_time(line.timestamp), level=line.level, message=line.message, fields={})
+
+
+def template(tpl: Template, names: list[str], *, loaded_at: float, settings: ActivatorSettings) -> _wire.TemplateOut:
+    """A template as E2B lists it: shared by every key (`public`), built once (`ready`), its name as its ID."""
+    return _wire.TemplateOut(
+        template_id=tpl.name,
+        build_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"agent-sandbox:template:{tpl.name}")),
+        cpu_count=tpl.resources.cpu_count,
+        memory_mb=tpl.resources.memory_mb,
+        disk_size_mb=tpl.resources.disk_mb,
+        public=True,
+        aliases=names,
+        names=names,
+        created_at=_time(loaded_at),
+        updated_at=_time(loaded_at),
+        created_by=None,
+        last_spawned_at=None,
+        spawn_count=0,
+        build_count=1,
+        envd_version=settings.envd_version,
+        build_status="ready",
+        description=tpl.description or None,
+    )
+
+
+def _time(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, UTC)

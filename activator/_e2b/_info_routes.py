@@ -1,0 +1,154 @@
+"""E2B endpoints that only read: sandbox info, listings, metrics, logs, templates, and health (§2.4, §2.5)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from litestar import Response, get
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromQuery, QueryParameter
+
+from activator._e2b import _convert, _wire
+from activator._e2b._auth import EXCLUDE_FROM_AUTH
+from activator._e2b._query import decode_metadata_filter, decode_states
+from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
+from activator._logs import LogLine
+from activator._records import SandboxState
+
+__all__ = ["INFO_ROUTES"]
+
+_Limit = Annotated[int, QueryParameter(ge=1, le=100)]
+_LogLimit = Annotated[int, QueryParameter(ge=0, le=1000)]
+_Millis = Annotated[int | None, QueryParameter(ge=0)]
+_LEVELS = ("debug", "info", "warn", "error")
+
+
+@get("/health", opt={EXCLUDE_FROM_AUTH: True}, sync_to_thread=False)
+def health() -> dict[str, str]:
+    """Liveness of the control plane; needs no API key."""
+    return {"status": "ok"}
+
+
+@get("/sandboxes/{sandbox_id:str}", sync_to_thread=False)
+def get_sandbox(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> _wire.SandboxDetail:
+    """One sandbox; 404 when unknown, killed, or another key's."""
+    return _convert.sandbox_detail(activator.get(owner, sandbox_id))
+
+
+@get("/v2/sandboxes")
+async def list_v2(
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    metadata: FromQuery[str | None] = None,
+    states: Annotated[str | None, QueryParameter(name="state")] = None,
+    template: FromQuery[str | None] = None,
+    started_after: Annotated[datetime | None, QueryParameter(name="startedAfter")] = None,
+    next_token: Annotated[str | None, QueryParameter(name="nextToken")] = None,
+    limit: _Limit = 100,
+    order: FromQuery[Literal["asc", "desc"]] = "desc",
+) -> Response[list[_wire.ListedSandbox]]:
+    """A page of running and paused sandboxes; `X-Next-Token` is set only when another page follows."""
+    page = await activator.list(
+        owner,
+        states=decode_states(states),
+        metadata=decode_metadata_filter(metadata),
+        template=template,
+        started_after=started_after.timestamp() if started_after else None,
+        limit=limit,
+        next_token=next_token,
+        order=order,
+    )
+    headers = {"X-Next-Token": page.next_token} if page.next_token else {}
+    return Response([_convert.sandbox_listed(r) for r in page.records], headers=headers)
+
+
+@get("/sandboxes")
+async def list_v1(
+    activator: ActivatorDep, owner: OwnerDep, metadata: FromQuery[str | None] = None
+) -> list[_wire.ListedSandbox]:
+    """Running sandboxes (deprecated v1): the first 100, newest first."""
+    page = await activator.list(owner, states={SandboxState.RUNNING}, metadata=decode_metadata_filter(metadata))
+    return [_convert.sandbox_listed(r) for r in page.records]
+
+
+@get("/sandboxes/{sandbox_id:str}/metrics")
+async def metrics(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    start: FromQuery[int | None] = None,
+    end: FromQuery[int | None] = None,
+) -> list[_wire.SandboxMetric]:
+    """The current sample only (no history is kept), or none if it falls outside [start, end] (unix seconds)."""
+    at, stats = await activator.metrics(owner, sandbox_id)
+    inside = (start is None or start <= at) and (end is None or at <= end)
+    return [_convert.metric(at, stats)] if inside else []
+
+
+@get("/sandboxes/{sandbox_id:str}/logs", sync_to_thread=False)
+def logs_v1(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    start: _Millis = None,
+    limit: _LogLimit = 1000,
+) -> _wire.LogsV1:
+    """Lifecycle lines from `start` (unix ms) on, oldest first."""
+    lines = [line for line in activator.logs(owner, sandbox_id) if start is None or line.timestamp * 1000 >= start]
+    lines = lines[:limit]
+    return _wire.LogsV1(
+        logs=[_convert.log_line(line) for line in lines], log_entries=[_convert.log_entry(line) for line in lines]
+    )
+
+
+@get("/v2/sandboxes/{sandbox_id:str}/logs", sync_to_thread=False)
+def logs_v2(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    cursor: _Millis = None,
+    limit: _LogLimit = 1000,
+    direction: FromQuery[Literal["forward", "backward"]] = "forward",
+    level: FromQuery[Literal["debug", "info", "warn", "error"]] = "debug",
+    search: Annotated[str | None, QueryParameter(max_length=256)] = None,
+) -> _wire.LogsV2:
+    """Lifecycle entries at or above `level` containing `search`, from `cursor` (unix ms) in `direction`."""
+    lines = activator.logs(owner, sandbox_id)
+    if direction == "backward":
+        lines.reverse()
+    wanted = [
+        line
+        for line in lines
+        if _LEVELS.index(line.level) >= _LEVELS.index(level)
+        and (search is None or search in line.message)
+        and (cursor is None or _from_cursor(line, cursor, direction))
+    ]
+    return _wire.LogsV2(logs=[_convert.log_entry(line) for line in wanted[:limit]])
+
+
+@get(["/templates", "/v2/templates"], sync_to_thread=False)
+def templates(activator: ActivatorDep) -> list[_wire.TemplateOut]:
+    """Every loaded template, shared by all keys."""
+    catalog = activator.catalog
+    return [
+        _convert.template(tpl, catalog.names_of(name), loaded_at=catalog.loaded_at, settings=activator.settings)
+        for name, tpl in sorted(catalog.templates.items())
+    ]
+
+
+def _from_cursor(line: LogLine, cursor: int, direction: Literal["forward", "backward"]) -> bool:
+    millis = line.timestamp * 1000
+    return millis >= cursor if direction == "forward" else millis <= cursor
+
+
+INFO_ROUTES: list[HTTPRouteHandler] = [
+    health,
+    get_sandbox,
+    list_v2,
+    list_v1,
+    metrics,
+    logs_v1,
+    logs_v2,
+    templates,
+]

@@ -1,0 +1,91 @@
+"""E2B endpoints that change a sandbox: create, kill, timeout, refresh, pause, connect, resume (§2.4).
+
+Both API generations are served: the Python SDK 2.63 uses `/v2/sandboxes` and `/v2/sandboxes/{id}/connect`,
+the JS SDK and CLI the v1 paths. Success codes are exact (the SDK parses only documented ones).
+"""
+
+from __future__ import annotations
+
+from litestar import Response, delete, post
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import JSONBody
+
+from activator._e2b import _convert, _wire
+from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
+
+__all__ = ["LIFECYCLE_ROUTES"]
+
+
+@post("/v2/sandboxes", status_code=201)
+async def create_v2(data: JSONBody[_wire.NewSandbox], activator: ActivatorDep, owner: OwnerDep) -> _wire.Sandbox:
+    """Create (v2): 300 s default timeout, always secured with an envd access token."""
+    request = _convert.create_request(data, default_timeout=activator.settings.default_timeout, default_secure=True)
+    return _convert.sandbox(await activator.create(owner, request))
+
+
+@post("/sandboxes", status_code=201)
+async def create_v1(data: JSONBody[_wire.NewSandbox], activator: ActivatorDep, owner: OwnerDep) -> _wire.Sandbox:
+    """Create (v1): 15 s default timeout, envd access token only when `secure` is true."""
+    settings = activator.settings
+    request = _convert.create_request(data, default_timeout=settings.default_timeout_v1, default_secure=False)
+    return _convert.sandbox(await activator.create(owner, request))
+
+
+@delete("/sandboxes/{sandbox_id:str}", status_code=204)
+async def kill(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> None:
+    """Kill; 404 once it is gone (the SDK's `kill()` then returns False)."""
+    await activator.kill(owner, sandbox_id)
+
+
+@post("/sandboxes/{sandbox_id:str}/timeout", status_code=204)
+async def set_timeout(
+    sandbox_id: SandboxIdPath, data: JSONBody[_wire.TimeoutRequest], activator: ActivatorDep, owner: OwnerDep
+) -> None:
+    """Expire `timeout` seconds from now."""
+    await activator.set_timeout(owner, sandbox_id, data.timeout)
+
+
+@post("/sandboxes/{sandbox_id:str}/refreshes", status_code=204)
+async def refresh(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    data: JSONBody[_wire.RefreshRequest | None] = None,
+) -> None:
+    """Keep alive for at least `duration` seconds more (default: the v1 timeout)."""
+    duration = data.duration if data and data.duration is not None else activator.settings.default_timeout_v1
+    await activator.refresh(owner, sandbox_id, duration)
+
+
+@post("/sandboxes/{sandbox_id:str}/pause", status_code=204)
+async def pause(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> None:
+    """Pause; 409 when already paused (the SDK's `pause()` then returns False). The body's options are ignored."""
+    await activator.pause(owner, sandbox_id)
+
+
+@post(["/v2/sandboxes/{sandbox_id:str}/connect", "/sandboxes/{sandbox_id:str}/connect"])
+async def connect(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    data: JSONBody[_wire.ConnectRequest | None] = None,
+) -> Response[_wire.Sandbox]:
+    """Connect: 201 when it resumed a paused sandbox, 200 when it was running (its TTL only lengthened)."""
+    timeout = data.timeout if data and data.timeout is not None else activator.settings.default_timeout
+    record, resumed = await activator.connect(owner, sandbox_id, timeout)
+    return Response(_convert.sandbox(record), status_code=201 if resumed else 200)
+
+
+@post("/sandboxes/{sandbox_id:str}/resume", status_code=201)
+async def resume(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    data: JSONBody[_wire.ResumeRequest | None] = None,
+) -> _wire.Sandbox:
+    """Resume (deprecated v1): 409 unless paused."""
+    timeout = data.timeout if data and data.timeout is not None else activator.settings.default_timeout_v1
+    return _convert.sandbox(await activator.resume(owner, sandbox_id, timeout))
+
+
+LIFECYCLE_ROUTES: list[HTTPRouteHandler] = [create_v2, create_v1, kill, set_timeout, refresh, pause, connect, resume]

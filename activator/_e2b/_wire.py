@@ -1,0 +1,193 @@
+"""E2B control-plane JSON, as msgspec structs (reference: e2b-protocol.md §2.3, infra `spec/openapi.yml`).
+
+Names are camelCase, with E2B's irregular ones spelled out per field (`templateID`, `memoryMB`,
+`allow_internet_access`). Request structs accept unknown fields: the SDKs send fields (network, mcp, volumes, ...)
+this server does not use yet, and rejecting them would break those SDKs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+__all__ = [
+    "AutoResume",
+    "ConnectRequest",
+    "ErrorBody",
+    "LifecycleIn",
+    "LifecycleOut",
+    "ListedSandbox",
+    "LogEntry",
+    "LogLine",
+    "LogsV1",
+    "LogsV2",
+    "NewSandbox",
+    "RefreshRequest",
+    "ResumeRequest",
+    "Sandbox",
+    "SandboxDetail",
+    "SandboxMetric",
+    "TemplateOut",
+    "TimeoutRequest",
+]
+
+_Seconds = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Wire(msgspec.Struct, rename="camel", omit_defaults=True):
+    """E2B's conventions; fields without a default are always sent (so `domain: null` stays on the wire).
+
+    `kw_only` is not inherited, so subclasses list their required fields first.
+    """
+
+
+# --- requests ---------------------------------------------------------------------------------------------------
+
+
+class AutoResume(_Wire):
+    enabled: bool = False
+
+
+class LifecycleIn(_Wire):
+    on_timeout: Literal["kill", "pause"] | None = None
+    auto_resume: bool | None = None
+
+
+class NewSandbox(_Wire):
+    """`NewSandboxV2` (POST /v2/sandboxes) and `NewSandbox` (POST /sandboxes, which adds `secure`)."""
+
+    template_id: str = msgspec.field(name="templateID")
+    timeout: _Seconds | None = None
+    auto_pause: bool | None = None
+    auto_resume: AutoResume | None = None
+    lifecycle: LifecycleIn | None = None  # the JS SDK's form of autoPause / autoResume
+    # Stored and reported back, not enforced: sandboxes have a loopback-only network for now.
+    allow_internet_access: bool | None = msgspec.field(default=None, name="allow_internet_access")
+    secure: bool | None = None
+    metadata: dict[str, str] | None = None
+    env_vars: dict[str, str] | None = None
+
+
+class ConnectRequest(_Wire):
+    """`ConnectSandboxV2` and v1 `ConnectSandbox`; `memory` (cold-boot resume) is accepted and ignored."""
+
+    timeout: _Seconds | None = None
+
+
+class ResumeRequest(_Wire):
+    """v1 `ResumedSandbox`; the deprecated `autoPause` is accepted and ignored."""
+
+    timeout: _Seconds | None = None
+
+
+class TimeoutRequest(_Wire):
+    timeout: _Seconds
+
+
+class RefreshRequest(_Wire):
+    duration: Annotated[int, msgspec.Meta(ge=0, le=3600)] | None = None
+
+
+# --- responses --------------------------------------------------------------------------------------------------
+
+
+class ErrorBody(_Wire):
+    code: int
+    message: str
+
+
+class Sandbox(_Wire):
+    """Answer of create, connect and resume. The SDK's parser needs `clientID` and `envdVersion`."""
+
+    template_id: str = msgspec.field(name="templateID")
+    sandbox_id: str = msgspec.field(name="sandboxID")
+    client_id: str = msgspec.field(name="clientID")
+    envd_version: str
+    traffic_access_token: str | None
+    domain: str | None  # null: clients use their E2B_DOMAIN / E2B_SANDBOX_URL
+    alias: str | None = None
+    envd_access_token: str | None = None
+
+
+class ListedSandbox(_Wire):
+    template_id: str = msgspec.field(name="templateID")
+    sandbox_id: str = msgspec.field(name="sandboxID")
+    client_id: str = msgspec.field(name="clientID")
+    started_at: datetime
+    end_at: datetime
+    cpu_count: int
+    memory_mb: int = msgspec.field(name="memoryMB")
+    disk_size_mb: int = msgspec.field(name="diskSizeMB")
+    state: Literal["running", "paused"]
+    envd_version: str
+    metadata: dict[str, str]
+    alias: str | None = None
+
+
+class LifecycleOut(_Wire):
+    auto_resume: bool
+    on_timeout: Literal["kill", "pause"]
+
+
+class SandboxDetail(ListedSandbox, kw_only=True):
+    domain: str | None
+    allow_internet_access: bool | None
+    lifecycle: LifecycleOut
+    envd_access_token: str | None = None
+
+
+class SandboxMetric(_Wire):
+    timestamp: datetime
+    timestamp_unix: int
+    cpu_count: int
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    mem_cache: int
+    disk_used: int
+    disk_total: int
+
+
+class LogLine(_Wire):
+    timestamp: datetime
+    line: str
+
+
+class LogEntry(_Wire):
+    timestamp: datetime
+    level: Literal["debug", "info", "warn", "error"]
+    message: str
+    fields: dict[str, str]
+
+
+class LogsV1(_Wire):
+    logs: list[LogLine]
+    log_entries: list[LogEntry]
+
+
+class LogsV2(_Wire):
+    logs: list[LogEntry]
+
+
+class TemplateOut(_Wire):
+    """E2B's `Template` (GET /templates, GET /v2/templates)."""
+
+    template_id: str = msgspec.field(name="templateID")
+    build_id: str = msgspec.field(name="buildID")
+    cpu_count: int
+    memory_mb: int = msgspec.field(name="memoryMB")
+    disk_size_mb: int = msgspec.field(name="diskSizeMB")
+    public: bool
+    aliases: list[str]
+    names: list[str]
+    created_at: datetime
+    updated_at: datetime
+    created_by: None
+    last_spawned_at: datetime | None
+    spawn_count: int
+    build_count: int
+    envd_version: str
+    build_status: Literal["ready"]
+    description: str | None = None

@@ -1,0 +1,77 @@
+"""API keys: `e2b_<32 hex>`, stored only as SHA-256 digests; a key's id is the owner of its sandboxes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+
+from activator._records import ApiKey
+from activator._store import Store
+
+__all__ = ["KEY_PATTERN", "ApiKeys"]
+
+KEY_PATTERN = re.compile(r"e2b_[0-9a-f]{32}")  # the E2B JS SDK and CLI refuse keys not shaped `e2b_<hex>`
+
+
+class ApiKeys:
+    """Creates, lists, revokes and verifies API keys."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+        # digest -> key id of keys verified since start, so that a request costs no store read; `revoke` evicts.
+        # Read and written only on the event loop.
+        self._verified: dict[str, str] = {}
+
+    async def create(self, name: str) -> tuple[ApiKey, str]:
+        """A new random key: its listing and the key itself, which is shown once and never stored."""
+        raw = "e2b_" + secrets.token_hex(16)
+        return await self._register(raw, name), raw
+
+    async def list_keys(self) -> list[ApiKey]:
+        """Every key, oldest first."""
+        return await self._store.keys()
+
+    async def revoke(self, key_id: str) -> bool:
+        """Delete a key; False if there was none with this id. Its sandboxes stay, reachable by no key."""
+        self._verified = {digest: kid for digest, kid in self._verified.items() if kid != key_id}
+        return await self._store.delete_key(key_id)
+
+    async def verify(self, raw: str) -> str | None:
+        """The id of the key `raw`, or None if it is not a key of ours."""
+        digest = _digest(raw)
+        key_id = self._verified.get(digest)
+        if key_id is None and KEY_PATTERN.fullmatch(raw):
+            key_id = await self._store.key_id(digest)
+            if key_id is not None:
+                self._verified[digest] = key_id
+        return key_id
+
+    async def ensure_bootstrap_key(self, explicit: str | None) -> str | None:
+        """Make sure some key works: register `explicit` (AGENT_SANDBOX_API_KEY), or create one on first start.
+
+        Returns the key only when it was created here, for the caller to print once and write to
+        `<data-dir>/api-key`. Raises ValueError if `explicit` is not shaped like a key.
+        """
+        if explicit is not None:
+            if not KEY_PATTERN.fullmatch(explicit):
+                raise ValueError("AGENT_SANDBOX_API_KEY must be 'e2b_' followed by 32 lowercase hex digits")
+            if await self.verify(explicit) is None:
+                await self._register(explicit, "AGENT_SANDBOX_API_KEY")
+            return None
+        if await self._store.keys():
+            return None
+        return (await self.create("bootstrap"))[1]
+
+    async def _register(self, raw: str, name: str) -> ApiKey:
+        key = ApiKey(id=uuid.uuid4().hex, name=name, created_at=self._clock())
+        await self._store.add_key(key, _digest(raw))
+        return key
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()

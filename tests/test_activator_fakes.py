@@ -1,0 +1,116 @@
+"""Test doubles for the activator's unit tests: an in-memory runtime, a hand-driven clock, a template."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from activator import Activator, ActivatorSettings, CreateRequest, Store
+from pool import PortClosed, Resources, RuntimeFailure, SandboxSpec, SandboxStats, Template
+
+
+class FakeRuntime:
+    """An in-memory `Runtime`: remembers which sandboxes run and which are frozen, and what it was asked."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.frozen: set[str] = set()
+        self.specs: dict[str, SandboxSpec] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail: set[str] = set()  # method names that raise RuntimeFailure
+        self.listening: set[int] = set()  # ports open_socket connects to
+
+    async def start(self, spec: SandboxSpec) -> None:
+        self._call("start", spec.sandbox_id)
+        self.specs[spec.sandbox_id] = spec
+        self.running.add(spec.sandbox_id)
+
+    async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
+        self._call("stop", sandbox_id)
+        self.running.discard(sandbox_id)
+        self.frozen.discard(sandbox_id)
+
+    async def freeze(self, sandbox_id: str) -> None:
+        self._call("freeze", sandbox_id)
+        self.frozen.add(sandbox_id)
+
+    async def thaw(self, sandbox_id: str) -> None:
+        self._call("thaw", sandbox_id)
+        self.frozen.discard(sandbox_id)
+
+    async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
+        self._call("open_socket", sandbox_id)
+        if port not in self.listening or sandbox_id in self.frozen:
+            raise PortClosed(f"nothing listens on {port}")
+        return socket.socket()
+
+    def is_running(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.running
+
+    async def stats(self, sandbox_id: str) -> SandboxStats:
+        self._call("stats", sandbox_id)
+        return SandboxStats(
+            cpu_count=1, cpu_used_pct=12.5, cpu_seconds=3.0, mem_used=1 << 20, mem_total=1 << 30, mem_cache=0,
+            disk_used=1 << 10, disk_total=1 << 32,
+        )  # fmt: skip
+
+    async def recover(self) -> set[str]:
+        return set(self.running)
+
+    def _call(self, method: str, sandbox_id: str) -> None:
+        self.calls.append((method, sandbox_id))
+        if method in self.fail:
+            raise RuntimeFailure(f"{method} failed")
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def template(name: str = "base", *, pause_after: float | None = None) -> Template:
+    """A resolved template as `load_templates` would make it."""
+    return Template(
+        name=name,
+        description=f"the {name} template",
+        layers=(),
+        env={},
+        start=(),
+        ports=(),
+        user="user",
+        workdir="/home/user",
+        resources=Resources(cpu_count=2, memory_mb=1024, disk_mb=4096),
+        warm=0,
+        pause_after=pause_after,
+        snapshot_after=None,
+    )
+
+
+def activator(
+    store: Store,
+    runtime: FakeRuntime,
+    clock: Clock,
+    *templates: Template,
+    on_halt: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> Activator:
+    """An `Activator` over `runtime` with the `base` template (or `templates`) and `settings`."""
+    known = {t.name: t for t in templates or (template(),)}
+    parsed = msgspec.convert(settings, ActivatorSettings)
+    return Activator(store, runtime, known, parsed, clock=clock, on_halt=on_halt)
+
+
+def request(**changes: Any) -> CreateRequest:
+    """A create request for the `base` template with a 300 s timeout."""
+    return msgspec.structs.replace(CreateRequest(template="base", timeout=300.0), **changes)

@@ -1,0 +1,77 @@
+"""API keys: shape, storage as digests, verification, revocation and the bootstrap key."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from activator import KEY_PATTERN, ApiKeys, Store
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = await Store.open(tmp_path / "state.sqlite")
+    yield store
+    await store.close()
+
+
+async def test_created_keys_have_the_e2b_shape_and_verify(store: Store) -> None:
+    keys = ApiKeys(store)
+    key, raw = await keys.create("laptop")
+    assert KEY_PATTERN.fullmatch(raw)
+    assert await keys.verify(raw) == key.id
+    assert [k.name for k in await keys.list_keys()] == ["laptop"]
+
+
+async def test_only_a_digest_is_stored(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "keys.sqlite")
+    _, raw = await ApiKeys(store).create("laptop")
+    await store.close()
+    database = b"".join(path.read_bytes() for path in tmp_path.glob("keys.sqlite*"))
+    assert raw.encode() not in database
+    assert raw[4:].encode() not in database
+
+
+async def test_unknown_and_malformed_keys_do_not_verify(store: Store) -> None:
+    keys = ApiKeys(store)
+    await keys.create("laptop")
+    assert await keys.verify("e2b_" + "0" * 32) is None
+    assert await keys.verify("not-a-key") is None
+
+
+async def test_revoked_keys_stop_working_at_once(store: Store) -> None:
+    keys = ApiKeys(store)
+    key, raw = await keys.create("laptop")
+    assert await keys.verify(raw) == key.id  # now cached
+    assert await keys.revoke(key.id)
+    assert await keys.verify(raw) is None
+    assert not await keys.revoke(key.id)
+
+
+async def test_first_start_creates_one_key_and_later_starts_none(store: Store) -> None:
+    keys = ApiKeys(store)
+    raw = await keys.ensure_bootstrap_key(None)
+    assert raw is not None
+    assert await keys.verify(raw) is not None
+    assert await ApiKeys(store).ensure_bootstrap_key(None) is None
+    assert len(await keys.list_keys()) == 1
+
+
+async def test_an_explicit_key_is_registered_once(store: Store) -> None:
+    explicit = "e2b_" + "ab" * 16
+    assert await ApiKeys(store).ensure_bootstrap_key(explicit) is None
+    assert await ApiKeys(store).ensure_bootstrap_key(explicit) is None
+    keys = ApiKeys(store)
+    assert await keys.verify(explicit) is not None
+    assert [k.name for k in await keys.list_keys()] == ["AGENT_SANDBOX_API_KEY"]
+
+
+@pytest.mark.parametrize("bad", ["e2b_0000test", "e2b_" + "A" * 32, "sk_" + "0" * 32, "", "e2b_" + "0" * 33])
+async def test_an_explicit_key_of_the_wrong_shape_is_refused(store: Store, bad: str) -> None:
+    with pytest.raises(ValueError, match="32 lowercase hex"):
+        await ApiKeys(store).ensure_bootstrap_key(bad)
+    assert await store.keys() == []

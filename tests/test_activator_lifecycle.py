@@ -1,0 +1,271 @@
+"""The Activator's control-plane operations over a real store, a fake runtime and a hand-driven clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from activator import (
+    ActivatorError,
+    InvalidRequest,
+    Lifecycle,
+    SandboxConflict,
+    SandboxNotFound,
+    SandboxState,
+    Store,
+    TemplateNotFound,
+)
+from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = await Store.open(tmp_path / "state.sqlite")
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def runtime() -> FakeRuntime:
+    return FakeRuntime()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+class TestCreate:
+    async def test_create_starts_the_runtime_with_the_executor_init(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        record = await activator(store, runtime, clock).create("alice", request(env_vars={"A": "1"}))
+        spec = runtime.specs[record.id]
+        assert (spec.template.name, spec.init.env_vars, spec.init.access_token) == (
+            "base",
+            {"A": "1"},
+            record.access_token,
+        )
+        assert (spec.init.default_user, spec.init.default_workdir) == ("user", "/home/user")
+        assert (record.state, record.end_at, record.cpu_count, record.memory_mb) == (
+            "running",
+            clock.now + 300,
+            2,
+            1024,
+        )
+
+    async def test_create_is_stored_before_it_answers(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        record = await activator(store, runtime, clock).create("alice", request())
+        assert await store.live() == [record]
+
+    async def test_unsecured_sandboxes_get_no_access_token(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        record = await activator(store, runtime, clock).create("alice", request(secure=False))
+        assert record.access_token is None
+        assert runtime.specs[record.id].init.access_token is None
+
+    async def test_unknown_template_and_long_timeout_are_refused(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock, max_timeout=3600)
+        with pytest.raises(TemplateNotFound):
+            await act.create("alice", request(template="nope"))
+        with pytest.raises(InvalidRequest):
+            await act.create("alice", request(timeout=3601))
+        assert runtime.calls == []
+
+    async def test_aliases_resolve_to_their_template(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        act = activator(store, runtime, clock, template_aliases={"code-interpreter-v1": "base"})
+        record = await act.create("alice", request(template="code-interpreter-v1"))
+        assert (record.template, record.alias) == ("base", "code-interpreter-v1")
+
+    async def test_a_failed_start_answers_an_error_and_leaves_no_sandbox(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        runtime.fail.add("start")
+        act = activator(store, runtime, clock)
+        with pytest.raises(ActivatorError, match="could not start"):
+            await act.create("alice", request())
+        assert await store.live() == []
+        assert (await act.list("alice")).records == []
+
+
+class TestTransitions:
+    async def test_kill_is_idempotent(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        await act.kill("alice", record.id)
+        with pytest.raises(SandboxNotFound):
+            await act.kill("alice", record.id)
+        assert [call for call in runtime.calls if call[0] == "stop"] == [("stop", record.id)]
+        assert await store.live() == []
+
+    async def test_pause_twice_conflicts_and_connect_resumes(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        await act.pause("alice", record.id)
+        with pytest.raises(SandboxConflict):
+            await act.pause("alice", record.id)
+        assert act.get("alice", record.id).state == SandboxState.PAUSED
+        assert record.id in runtime.frozen
+        resumed, was_paused = await act.connect("alice", record.id, 60)
+        assert (resumed.state, was_paused, record.id in runtime.frozen) == (SandboxState.RUNNING, True, False)
+        assert (await act.connect("alice", record.id, 60))[1] is False
+
+    async def test_v1_resume_conflicts_unless_paused(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        with pytest.raises(SandboxConflict):
+            await act.resume("alice", record.id, 15)
+        await act.pause("alice", record.id)
+        assert (await act.resume("alice", record.id, 15)).state == SandboxState.RUNNING
+
+    async def test_transitions_of_one_sandbox_run_one_at_a_time(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        release = asyncio.Event()
+        freeze = runtime.freeze
+
+        async def slow_freeze(sandbox_id: str) -> None:
+            await release.wait()
+            await freeze(sandbox_id)
+
+        runtime.freeze = slow_freeze  # type: ignore[method-assign]
+        pausing = asyncio.create_task(act.pause("alice", record.id))
+        killing = asyncio.create_task(act.kill("alice", record.id))
+        await asyncio.sleep(0.01)
+        assert ("stop", record.id) not in runtime.calls  # the kill waits for the pause to finish
+        release.set()
+        await asyncio.gather(pausing, killing)
+        assert [name for name, _ in runtime.calls] == ["start", "freeze", "stop"]
+
+    async def test_a_failed_runtime_action_keeps_the_previous_state(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        runtime.fail.add("freeze")
+        with pytest.raises(ActivatorError, match="could not freeze"):
+            await act.pause("alice", record.id)
+        assert act.get("alice", record.id) == record
+        assert await store.live() == [record]
+
+
+class TestTimeouts:
+    async def test_the_reaper_kills_past_the_deadline(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request(timeout=60))
+        clock.advance(59)
+        await act.reap_once()
+        assert act.get("alice", record.id).state == SandboxState.RUNNING
+        clock.advance(1)
+        await act.reap_once()
+        with pytest.raises(SandboxNotFound):
+            act.get("alice", record.id)
+        assert record.id not in runtime.running
+
+    async def test_the_reaper_pauses_when_the_lifecycle_says_so(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request(timeout=60, lifecycle=Lifecycle(on_timeout="pause")))
+        clock.advance(61)
+        await act.reap_once()
+        assert act.get("alice", record.id).state == SandboxState.PAUSED
+        assert record.id in runtime.frozen
+        clock.advance(10_000)
+        await act.reap_once()
+        assert act.get("alice", record.id).state == SandboxState.PAUSED
+
+    async def test_time_spent_paused_does_not_count(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request(timeout=100))
+        clock.advance(40)
+        await act.pause("alice", record.id)
+        clock.advance(5000)
+        resumed, _ = await act.connect("alice", record.id, 10)
+        assert resumed.end_at == clock.now + 60
+
+    async def test_set_timeout_may_shorten_and_the_reaper_follows(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request(timeout=3600))
+        await act.set_timeout("alice", record.id, 5)
+        await act.refresh("alice", record.id, 1)
+        clock.advance(6)
+        await act.reap_once()
+        assert await store.live() == []
+
+    async def test_killed_records_are_purged_after_the_retention(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock, killed_retention=60)
+        record = await act.create("alice", request())
+        await act.kill("alice", record.id)
+        await act.reap_once()
+        assert await store.purge_killed(clock.now + 1) == 1  # still there after the first pass
+        again = await act.create("alice", request())
+        await act.kill("alice", again.id)
+        clock.advance(61)
+        await act.reap_once()
+        assert await store.purge_killed(clock.now) == 0
+
+
+class TestOwnership:
+    async def test_another_key_sees_nothing(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        with pytest.raises(SandboxNotFound):
+            act.get("mallory", record.id)
+        with pytest.raises(SandboxNotFound):
+            await act.kill("mallory", record.id)
+        with pytest.raises(SandboxNotFound):
+            await act.connect("mallory", record.id, 10)
+        assert (await act.list("mallory")).records == []
+        assert act.get("alice", record.id).state == SandboxState.RUNNING
+
+
+class TestRecover:
+    async def test_recover_reconciles_records_with_the_runtime(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        first = activator(store, runtime, clock)
+        gone = await first.create("alice", request())
+        paused = await first.create("alice", request())
+        await first.pause("alice", paused.id)
+        runtime.running.discard(gone.id)
+        runtime.running.add("orphan")
+        runtime.calls.clear()
+        second = activator(store, runtime, clock)
+        await second.recover()
+        with pytest.raises(SandboxNotFound):
+            second.get("alice", gone.id)
+        assert second.get("alice", paused.id).state == SandboxState.PAUSED
+        assert sorted(runtime.calls) == sorted([("stop", gone.id), ("freeze", paused.id), ("stop", "orphan")])
+        assert [line.message for line in second.logs("alice", paused.id)] == []
+
+
+async def test_metrics_come_from_the_runtime(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+    act = activator(store, runtime, clock)
+    record = await act.create("alice", request())
+    at, stats = await act.metrics("alice", record.id)
+    assert (at, stats.cpu_used_pct) == (clock.now, 12.5)
+
+
+async def test_logs_record_the_lifecycle(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+    act = activator(store, runtime, clock, log_lines=2)
+    record = await act.create("alice", request())
+    await act.pause("alice", record.id)
+    await act.connect("alice", record.id, 10)
+    assert [line.message for line in act.logs("alice", record.id)] == ["paused (api)", "resumed with 300 s to live"]
