@@ -102,8 +102,8 @@ def probe(directory: Path | None = None) -> CriuStatus:
     work = Path(tempfile.mkdtemp(prefix="agent-sandbox-criu-probe-"))
     try:
         _trial(criu, work)
-    except RuntimeFailure as exc:
-        return CriuStatus(available=False, version=criu.version, reason=str(exc))
+    except (RuntimeFailure, OSError, subprocess.SubprocessError, ValueError) as exc:
+        return CriuStatus(available=False, version=criu.version, reason=str(exc) or repr(exc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return CriuStatus(available=True, version=criu.version)

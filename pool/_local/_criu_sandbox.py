@@ -15,6 +15,7 @@ Why the command lines look the way they do (`criu-debian.md`, `local-runtime-lab
 * `--tcp-established`: connections between processes inside survive; connections from the gateway do
   not (their host ends are not in the image), so close them first. `--network-lock nftables` uses the
   libnftables CRIU is linked with; there is no iptables on these hosts.
+* `--irmap-scan-path`: see _IRMAP.
 * `--cgroup-root C:/path` for each of the sandbox's controllers: the restored tree goes into the cgroups
   the caller created (with the limits it wants), whatever the parent cgroup is called now.
 * The user namespace (0 → host base, 65536 ids), seccomp filter, capabilities, no_new_privs and the
@@ -42,6 +43,9 @@ from pool._local._userns import create_userns, host_id_base
 
 __all__ = ["CheckpointInfo", "checkpoint", "restore"]
 
+# Directories where CRIU looks for what an inotify watch (the executor's WatchDir) points at: overlayfs
+# file handles cannot be reopened, so watched directories must be found by path, and only under these.
+_IRMAP = [arg for d in ("/home", "/root", "/tmp", "/opt", "/srv", "/workspace") for arg in ("--irmap-scan-path", d)]
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -70,12 +74,14 @@ def checkpoint(
     argv = [
         str(criu.path), "dump", "-t", str(pid), "-D", str(new), "-o", "dump.log",
         "--freeze-cgroup", str(freezer), "--network-lock", "nftables", "--tcp-established",
-        "--external", "mnt[]", *(["--leave-running"] if leave_running else []),
+        "--external", "mnt[]", *_IRMAP, *(["--leave-running"] if leave_running else []),
     ]  # fmt: skip
     started = time.monotonic()
     was_frozen = _set_frozen(freezer, True)  # ~1 ms here; criu's own freezing polls every 100 ms
     try:
         run_criu(argv, new / "dump.log", f"checkpoint of {sandbox_dir.name}")
+        if not (new / "inventory.img").is_file() or "Dumping FAILED" in log_tail(new / "dump.log"):
+            raise RuntimeFailure(f"checkpoint of {sandbox_dir.name} failed: {log_tail(new / 'dump.log')}")
     except RuntimeFailure:
         if not was_frozen:
             _set_frozen(freezer, False)
@@ -138,7 +144,11 @@ def restore(
         _empty(freezer)
         detail = (images / "restore.out").read_text(errors="replace")[-500:] + "\n" + log_tail(images / "restore.log")
         raise RuntimeFailure(f"restore of {sandbox_dir.name} failed ({failed}): {detail}")
-    pid = int(pidfile.read_text())
+    try:  # a status stolen by another reaper reads as success: the pid file is the real proof
+        pid = int(pidfile.read_text())
+    except (OSError, ValueError):
+        _empty(freezer)
+        raise RuntimeFailure(f"restore of {sandbox_dir.name} failed: {log_tail(images / 'restore.log')}") from None
     shutil.copy(images / "restore.log", sandbox_dir / "restore.log")
     shutil.rmtree(images, ignore_errors=True)
     return pid

@@ -1,0 +1,83 @@
+"""`agent-sandbox serve`: bootstrap the API key, then run the app under uvicorn until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import uvicorn
+import uvloop
+
+from activator import ApiKeys, Store
+from gateway._app import create_app
+from gateway._dataplane import DataPlane
+from gateway._platform import open_platform
+from gateway._settings import ServeSettings
+
+__all__ = ["serve"]
+
+_log = logging.getLogger("agent-sandbox")
+
+
+async def _bootstrap_key(settings: ServeSettings) -> None:
+    """Register AGENT_SANDBOX_API_KEY, or on first start create a key, print it once and save it."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = await Store.open(settings.data_dir / "state.db")
+    try:
+        created = await ApiKeys(store).ensure_bootstrap_key(settings.api_key)
+    except ValueError as exc:
+        sys.exit(f"agent-sandbox: {exc}")
+    finally:
+        await store.close()
+    if created is None:
+        return
+    path = settings.data_dir / "api-key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(created + "\n")
+    print(f"agent-sandbox: created API key {created} (saved to {path}; it is not shown again)", flush=True)
+
+
+async def _serve(settings: ServeSettings) -> None:
+    await _bootstrap_key(settings)
+    async with open_platform(settings) as platform:
+        server = uvicorn.Server(_config(settings, create_app(platform)))
+        _log.info(
+            "serving on http://%s:%d (sandboxes at <port>-<id>.%s)", settings.host, settings.port, settings.domain
+        )
+        await server.serve()  # returns after SIGTERM/SIGINT and a graceful shutdown
+
+
+def serve(settings: ServeSettings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    uvloop.run(_serve(settings))
+
+
+async def _cleanup(settings: ServeSettings) -> None:
+    async with open_platform(settings) as platform:
+        killed = await platform.activator.kill_all()
+    print(f"agent-sandbox: killed {killed} sandboxes in {settings.data_dir}")
+
+
+def cleanup(settings: ServeSettings) -> None:
+    """Kill every sandbox of `settings.data_dir` (the server must not be running on it)."""
+    uvloop.run(_cleanup(settings))
+
+
+def _config(settings: ServeSettings, app: DataPlane) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets-sansio",
+        lifespan="off",  # resources live in `open_platform`, around the server
+        log_level=settings.log_level,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=10,
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
+    )

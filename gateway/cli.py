@@ -1,0 +1,116 @@
+"""The `agent-sandbox` command: serve, manage API keys, build images, check the machine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway._settings import ServeSettings
+
+__all__ = ["main"]
+
+_ENV_PREFIX = "AGENT_SANDBOX_"
+
+
+def _env_default(name: str, default: object) -> object:
+    value = os.environ.get(_ENV_PREFIX + name.upper().replace("-", "_"))
+    return default if value is None else value
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    defaults = ServeSettings()
+    parser.add_argument(
+        "--data-dir", type=Path, default=_env_default("data_dir", defaults.data_dir),
+        help="state: database, API key file, sandbox directories (env AGENT_SANDBOX_DATA_DIR; default %(default)s)",
+    )  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = ServeSettings()
+    parser = argparse.ArgumentParser(
+        prog="agent-sandbox", description="Self-hosted, scale-to-zero sandboxes for AI agents."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run gateway, activator and pool in one process")
+    serve.add_argument(
+        "--host", default=_env_default("host", defaults.host), help="listen address (default %(default)s)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=_env_default("port", defaults.port), help="listen port (default %(default)s)"
+    )
+    serve.add_argument(
+        "--domain", default=_env_default("domain", defaults.domain),
+        help="sandbox hostnames are <port>-<id>.<domain> (default %(default)s)",
+    )  # fmt: skip
+    _add_common(serve)
+    serve.add_argument(
+        "--image-cache", type=Path, default=_env_default("image_cache", defaults.image_cache),
+        help="where built template layers are kept (default %(default)s)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--templates", type=Path, default=_env_default("templates", defaults.templates),
+        help="directory of template files (default: the templates shipped with agent-sandbox)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--tls-cert", type=Path, default=_env_default("tls_cert", None),
+        help="serve HTTPS with this PEM certificate chain (for the E2B_DOMAIN recipe: a wildcard for *.<domain>)",
+    )  # fmt: skip
+    serve.add_argument("--tls-key", type=Path, default=_env_default("tls_key", None), help="its PEM private key")
+    serve.add_argument("--log-level", default=_env_default("log_level", defaults.log_level), help="default %(default)s")
+
+    keys = commands.add_parser("keys", help="create, list and revoke API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create a key and print it (it is shown only once)")
+    create.add_argument("--name", default="", help="a label for the key")
+    _add_common(create)
+    _add_common(key_commands.add_parser("list", help="list keys (ids and names; keys are stored hashed)"))
+    revoke = key_commands.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    _add_common(revoke)
+
+    cleanup = commands.add_parser(
+        "cleanup", help="kill every sandbox of a data directory (sandboxes outlive the server; run it stopped)"
+    )
+    _add_common(cleanup)
+
+    images = commands.add_parser("images", help="build template layers")
+    image_commands = images.add_subparsers(dest="images_command", required=True)
+    build = image_commands.add_parser("build", help="build the layers of the named templates (default: all)")
+    build.add_argument("names", nargs="*")
+    build.add_argument("--image-cache", type=Path, default=_env_default("image_cache", defaults.image_cache))
+    build.add_argument("--templates", type=Path, default=_env_default("templates", defaults.templates))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if os.geteuid() != 0:
+        sys.exit("agent-sandbox must run as root: it creates namespaces, cgroups and overlay mounts")
+    match args.command:
+        case "serve":
+            from gateway._serve import serve
+
+            serve(
+                ServeSettings(
+                    host=args.host, port=int(args.port), domain=args.domain, data_dir=Path(args.data_dir),
+                    image_cache=Path(args.image_cache), templates=Path(args.templates),
+                    api_key=os.environ.get("AGENT_SANDBOX_API_KEY") or None, log_level=args.log_level,
+                    tls_cert=args.tls_cert and Path(args.tls_cert), tls_key=args.tls_key and Path(args.tls_key),
+                )
+            )  # fmt: skip
+        case "keys":
+            from gateway._key_commands import run_key_command
+
+            run_key_command(args)
+        case "cleanup":
+            from gateway._serve import cleanup
+
+            cleanup(ServeSettings(data_dir=Path(args.data_dir)))
+        case "images":
+            from gateway._image_commands import build_images
+
+            build_images(Path(args.templates), Path(args.image_cache), args.names)

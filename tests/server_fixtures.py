@@ -1,0 +1,101 @@
+"""`agent-sandbox serve` started as a real subprocess on a free port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+__all__ = ["RunningServer", "free_port", "running_server"]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RunningServer:
+    """A started server: its URL, API key, data directory and process."""
+
+    def __init__(self, process: subprocess.Popen[str], port: int, data_dir: Path, api_key: str, url: str) -> None:
+        self.process = process
+        self.port = port
+        self.url = url
+        self.data_dir = data_dir
+        self.api_key = api_key
+
+    def e2b_env(self) -> dict[str, str]:
+        """The environment an E2B SDK user sets for the plain-HTTP single-host recipe."""
+        return {"E2B_API_KEY": self.api_key, "E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url}
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[str], timeout: float, verify: ssl.SSLContext | bool) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"server exited with {process.returncode}: {process.stdout.read() if process.stdout else ''}"
+            )
+        try:
+            if httpx.get(f"{url}/health", timeout=1, verify=verify).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("server did not become healthy")
+
+
+@contextmanager
+def running_server(
+    data_dir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
+    scheme: str = "http",
+    host: str = "127.0.0.1",
+    ca_file: Path | None = None,
+) -> Iterator[RunningServer]:
+    """Run `agent-sandbox serve` until the block ends, then SIGTERM it and kill what it left running."""
+    port = port or free_port()
+    url = f"{scheme}://{host}:{port}"
+    environ = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "gateway", "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
+    log = open(data_dir.parent / f"{data_dir.name}.server.log", "w")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(argv, cwd=REPO, env=environ, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_healthy(url, process, timeout=180, verify=ssl.create_default_context(cafile=ca_file) if ca_file else True)
+        key_file = data_dir / "api-key"
+        api_key = environ.get("AGENT_SANDBOX_API_KEY") or key_file.read_text().strip()
+        yield RunningServer(process, port, data_dir, api_key, url)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+        _kill_leftover_sandboxes(data_dir)
+
+
+def _kill_leftover_sandboxes(data_dir: Path) -> None:
+    """Sandboxes outlive a stopped server by design; tests must not leave them behind."""
+    subprocess.run([sys.executable, "-m", "gateway", "cleanup", "--data-dir", str(data_dir)], cwd=REPO, check=False)

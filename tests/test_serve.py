@@ -1,0 +1,72 @@
+"""`agent-sandbox serve` as a new user meets it: first start, health, the API key, auth, and SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.server_fixtures import REPO, running_server
+
+
+def test_first_start_creates_prints_and_saves_one_key(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with running_server(data_dir) as server:
+        key_file = data_dir / "api-key"
+        assert re.fullmatch(r"e2b_[0-9a-f]{32}\n", key_file.read_text())
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        log = (tmp_path / "data.server.log").read_text()
+        assert log.count(server.api_key) == 1
+        assert server.api_key not in (data_dir / "state.db").read_bytes().decode(errors="replace")
+    with running_server(data_dir) as again:
+        assert again.api_key == server.api_key
+        assert "created API key" not in (tmp_path / "data.server.log").read_text()
+
+
+def test_health_answers_without_a_key_and_the_api_refuses_without_one(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data") as server:
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        for headers in ({}, {"X-API-Key": "e2b_" + "0" * 32}, {"X-API-Key": "not-a-key"}):
+            refused = httpx.get(f"{server.url}/v2/sandboxes", headers=headers)
+            assert refused.status_code == 401
+            assert refused.json()["code"] == 401
+            assert refused.json()["message"]
+        allowed = httpx.get(f"{server.url}/v2/sandboxes", headers={"X-API-Key": server.api_key})
+        assert allowed.status_code == 200
+
+
+def test_explicit_api_key_from_the_environment_is_the_key(tmp_path: Path) -> None:
+    key = "e2b_" + "ab" * 16
+    with running_server(tmp_path / "data", env={"AGENT_SANDBOX_API_KEY": key}) as server:
+        assert server.api_key == key
+        assert httpx.get(f"{server.url}/v2/sandboxes", headers={"X-API-Key": key}).status_code == 200
+        assert not (tmp_path / "data" / "api-key").exists()
+
+
+def test_malformed_explicit_key_is_refused_at_start(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
+        cwd=REPO, env={"AGENT_SANDBOX_API_KEY": "secret", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "AGENT_SANDBOX_API_KEY" in result.stderr
+
+
+def test_flags_can_come_from_the_environment(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data", env={"AGENT_SANDBOX_DOMAIN": "sbx.example.test"}) as server:
+        response = httpx.get(server.url, headers={"Host": "8008-abc.sbx.example.test"})
+        assert response.status_code == 502  # routed as a sandbox host of the configured domain
+
+
+def test_sigterm_stops_the_server_cleanly(tmp_path: Path) -> None:
+    with running_server(tmp_path / "data") as server:
+        # uvicorn finishes its shutdown, then re-raises the signal: the conventional exit status for SIGTERM.
+        assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    log = (tmp_path / "data.server.log").read_text()
+    assert "Finished server process" in log
+    assert "Traceback" not in log
