@@ -105,10 +105,15 @@ def run_gateway(port: int, target: str, opener_factory: str | None) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
 
 
-def wrk(url: str, connections: int, duration: float, host_header: str | None, cpu: str | None) -> Result:
+def wrk(
+    url: str, connections: int, duration: float, host_header: str | None, cpu: str | None, netns_pid: str | None = None
+) -> Result:
+    """Run wrk (in the network namespace of `netns_pid`, when given) and read its figures."""
     command = ["wrk", "-t1", f"-c{connections}", f"-d{duration:g}s", "--latency", url]
     if host_header:
         command[1:1] = ["-H", f"Host: {host_header}"]
+    if netns_pid:
+        command = ["nsenter", f"--net=/proc/{netns_pid}/ns/net", *command]
     output = subprocess.run(_pinned(command, cpu), capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in output or "Socket errors" in output:
         raise RuntimeError(f"wrk saw errors:\n{output}")
