@@ -1,11 +1,11 @@
 """A running executor for the executor tests, and clients for it.
 
-`run_executor()` starts `python -m executor` on a free port of this host (as root, running
-commands as root: the host has no `user` account) with an access token set through --init-file,
-waits for its ready fd, and stops it afterwards. Tests must talk to it only over HTTP, through
-`Envd` (base URL, token, SDK sandboxes, an httpx client), so that the same tests can later run
-against an executor inside a real sandbox. The fixtures are `envd` and `workdir` (a fresh
-directory made through the API); import them under their `*_fixture` names.
+`envd` is the executor of a real sandbox of the session's server, reached through the gateway with E2B's
+routing headers. `direct_envd` / `run_executor()` start `python -m executor` on a free port of this host
+(as root, running commands as root: the host has no `user` account) for the tests of its own HTTP
+server and process-level behaviour (SIGTERM, limits). Tests talk only over HTTP, through `Envd` (base
+URL, token, SDK sandboxes, an httpx client). `workdir` is a fresh directory made through the API. Import
+fixtures under their `*_fixture` names.
 """
 
 from __future__ import annotations
@@ -29,7 +29,17 @@ from e2b import AsyncSandbox, ConnectionConfig, Sandbox
 from e2b.sandbox.main import SandboxOpts
 from packaging.version import Version
 
-__all__ = ("ENVD_VERSION", "Envd", "envd_fixture", "run_executor", "workdir_fixture")
+from tests.server_fixtures import RunningServer
+
+__all__ = (
+    "ENVD_VERSION",
+    "Envd",
+    "direct_envd_fixture",
+    "envd_fixture",
+    "executor_in_sandbox",
+    "run_executor",
+    "workdir_fixture",
+)
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 ENVD_VERSION = "0.5.7"
@@ -45,10 +55,21 @@ class Envd:
     access_token: str | None
     stop: Callable[[], int]
     """Stop the executor (SIGTERM) and return its exit status."""
+    sandbox_id: str = "executortest"
+    default_user: str = "root"
+    """Who commands run as without `user=`: root for a host executor, `user` in a sandbox."""
+
+    @property
+    def default_home(self) -> str:
+        return "/root" if self.default_user == "root" else f"/home/{self.default_user}"
+
+    def routing_headers(self) -> dict[str, str]:
+        """What routes a request to this executor on a single-host gateway (signed URLs carry no sandbox)."""
+        return {"E2b-Sandbox-Id": self.sandbox_id, "E2b-Sandbox-Port": "49983"}
 
     def headers(self, **extra: str) -> dict[str, str]:
         """Headers every SDK request to envd carries."""
-        base = {"E2b-Sandbox-Id": "executortest", "E2b-Sandbox-Port": "49983"}
+        base = self.routing_headers()
         if self.access_token is not None:
             base["X-Access-Token"] = self.access_token
         return base | extra
@@ -66,7 +87,7 @@ class Envd:
     def _sandbox_options(self) -> SandboxOpts:
         config = ConnectionConfig(api_key="e2b_" + "0" * 32, sandbox_url=self.url, extra_sandbox_headers=self.headers())
         return {
-            "sandbox_id": "executortest",
+            "sandbox_id": self.sandbox_id,
             "sandbox_domain": None,
             "envd_version": Version(ENVD_VERSION),
             "envd_access_token": self.access_token,
@@ -119,8 +140,33 @@ def _free_port() -> int:
         return port
 
 
+@contextlib.contextmanager
+def executor_in_sandbox(server: RunningServer) -> Iterator[Envd]:
+    """The executor of a real sandbox of `server`, reached through its gateway (E2B's single-host routing)."""
+    headers = {"X-API-Key": server.api_key}
+    created = httpx.post(f"{server.url}/v2/sandboxes", json={"templateID": "base", "timeout": 3600}, headers=headers)
+    created.raise_for_status()
+    sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
+
+    def stop() -> int:
+        return 0 if httpx.delete(f"{server.url}/sandboxes/{sandbox_id}", headers=headers).status_code == 204 else 1
+
+    try:
+        yield Envd(server.url, token, stop, sandbox_id, default_user="user")
+    finally:
+        stop()
+
+
 @pytest.fixture(name="envd", scope="session")
-def envd_fixture() -> Iterator[Envd]:
+def envd_fixture(server: RunningServer) -> Iterator[Envd]:
+    """An executor inside a real sandbox, over a real connection through the gateway."""
+    with executor_in_sandbox(server) as running:
+        yield running
+
+
+@pytest.fixture(name="direct_envd", scope="session")
+def direct_envd_fixture() -> Iterator[Envd]:
+    """An executor run on this host and reached directly: for tests of its own HTTP server."""
     with run_executor() as running:
         yield running
 

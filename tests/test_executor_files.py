@@ -112,7 +112,7 @@ def test_signed_urls_work_without_the_token(envd: Envd, workdir: str) -> None:
     sandbox = envd.sandbox()
     upload = sandbox.upload_url(f"{workdir}/signed.txt", use_signature_expiration=60)
     download = sandbox.download_url(f"{workdir}/signed.txt", use_signature_expiration=60)
-    with httpx.Client(timeout=30) as client:  # no X-Access-Token
+    with httpx.Client(timeout=30, headers=envd.routing_headers()) as client:  # no X-Access-Token
         assert client.post(upload, files={"file": ("signed.txt", b"via signature")}).status_code == 200
         assert client.get(download).content == b"via signature"
         assert client.get(download.replace("signature=v1_", "signature=v1_x")).status_code == 401
@@ -121,7 +121,7 @@ def test_signed_urls_work_without_the_token(envd: Envd, workdir: str) -> None:
 
 def test_expired_signature_is_401(envd: Envd, workdir: str) -> None:
     expired = envd.sandbox().download_url(f"{workdir}/x", use_signature_expiration=-10)
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, headers=envd.routing_headers()) as client:
         response = client.get(expired)
     assert (response.status_code, response.json()["message"]) == (401, "signature is already expired")
 

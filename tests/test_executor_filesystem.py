@@ -54,7 +54,8 @@ def test_get_info_fills_every_field(envd: Envd, workdir: str) -> None:
     sandbox.commands.run(f"chmod 640 {workdir}/info.txt && touch -d '2024-05-06T07:08:09Z' {workdir}/info.txt")
     info = sandbox.files.get_info(f"{workdir}/info.txt")
     assert (info.name, info.type, info.path, info.size) == ("info.txt", FileType.FILE, f"{workdir}/info.txt", 5)
-    assert (info.mode, info.permissions, info.owner, info.group) == (0o640, "-rw-r-----", "root", "root")
+    owner = envd.default_user
+    assert (info.mode, info.permissions, info.owner, info.group) == (0o640, "-rw-r-----", owner, owner)
     assert info.modified_time.isoformat() == "2024-05-06T07:08:09+00:00"
     assert info.symlink_target is None
 

@@ -139,7 +139,7 @@ def test_disconnecting_the_start_stream_leaves_the_process_running(envd: Envd) -
 
 def test_envs_and_cwd_are_applied(envd: Envd, workdir: str) -> None:
     result = envd.sandbox().commands.run('echo "$GREETING $HOME $USER"; pwd', envs={"GREETING": "hi"}, cwd=workdir)
-    assert result.stdout == f"hi /root root\n{workdir}\n"
+    assert result.stdout == f"hi {envd.default_home} {envd.default_user}\n{workdir}\n"
 
 
 def test_missing_cwd_is_an_invalid_argument(envd: Envd) -> None:
