@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import socket
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 
 from pool._templates import Template
 
-__all__ = ["ExecutorInit", "Runtime", "SandboxSpec", "SandboxStats"]
+__all__ = [
+    "ExecutorInit",
+    "Runtime",
+    "RuntimeCapabilities",
+    "SandboxSpec",
+    "SandboxStats",
+    "SnapshotInfo",
+    "SnapshotKind",
+]
+
+SnapshotKind = Literal["criu", "filesystem"]
 
 
 class ExecutorInit(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
@@ -42,11 +52,28 @@ class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
     disk_total: int
 
 
+class SnapshotInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished snapshot: what it keeps, how long taking it took, and the disk it holds."""
+
+    kind: SnapshotKind  # "criu": processes and memory kept; "filesystem": files only, start commands re-run
+    seconds: float  # from the call until no process of the sandbox was left
+    image_bytes: int  # the memory image (criu) plus the writable layer, in bytes on disk
+
+
+class RuntimeCapabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What the runtime can do on this machine, for the health details and `agent-sandbox doctor`."""
+
+    snapshot_kind: SnapshotKind  # what a snapshot keeps here
+    criu_version: str = ""  # the CRIU that passed the start-up trial; "" when none did
+    criu_reason: str = ""  # why snapshots keep files only ("" when CRIU works)
+
+
 class Runtime(Protocol):
     """Starts, freezes and stops sandboxes and opens connections into them.
 
     Every method is idempotent per sandbox ID; `stop` removes everything the sandbox had on the host
-    except what `keep_files=True` asks to keep (its writable layer).
+    except what `keep_files=True` asks to keep (its writable layer). A sandbox is running (frozen or not),
+    snapshotted (no process, no memory, its files on disk), or unknown to the runtime.
     """
 
     async def start(self, spec: SandboxSpec) -> None:
@@ -70,5 +97,32 @@ class Runtime(Protocol):
     async def stats(self, sandbox_id: str) -> SandboxStats:
         """Current resource use."""
 
+    def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
+        """Whether a snapshot now would lose nothing that a restore cannot bring back.
+
+        True where snapshots keep memory (CRIU), or when only the template's own processes run (its
+        executor and start commands, which a restore starts again). The idle policy snapshots only then.
+        """
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        """Scale the sandbox (running or frozen) to zero: no process, no memory; its files stay on disk."""
+
+    async def restore(self, spec: SandboxSpec) -> None:
+        """Bring a snapshotted sandbox back to running; return once its executor (and template ports) answer.
+
+        After a filesystem snapshot the executor starts afresh: `spec.init` is applied and the template's
+        start commands run again. Does nothing when the sandbox runs; `SandboxGone` when it is unknown.
+        """
+
+    def is_snapshotted(self, sandbox_id: str) -> bool:
+        """Whether the sandbox is snapshotted (and so resumable with `restore`)."""
+
+    def snapshotted_ids(self) -> set[str]:
+        """Every snapshotted sandbox, including those found by `recover` after a restart."""
+
     async def recover(self) -> set[str]:
-        """After a restart of the server: the IDs of sandboxes whose processes still run."""
+        """After a restart of the server: the IDs of sandboxes whose processes still run.
+
+        Snapshotted sandboxes stay resumable and are listed by `snapshotted_ids` afterwards; snapshots and
+        restores a crash interrupted are finished or undone first.
+        """

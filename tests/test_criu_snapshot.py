@@ -1,4 +1,4 @@
-"""CRIU snapshots of real sandboxes: processes and their memory end on checkpoint and come back on restore.
+"""CRIU snapshots of real sandboxes: processes and their memory end on snapshot and come back on restore.
 
 Needs the CRIU that `scripts/build-criu` installs. Without it these tests skip, except under CI=true,
 where they fail: CI must prove snapshots work.
@@ -7,16 +7,15 @@ where they fail: CI must prove snapshots work.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pool import LocalRuntime
-from pool._local._criu import CriuBinary, find_criu, probe
-from pool._local._criu_sandbox import checkpoint, restore
-from tests.runtime_fixtures import TEMPLATES, local_runtime, spec
+from pool._local._criu import criu_dir, probe
+from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, require_criu, sandbox_footprint, spec
 from tests.sandbox_exec import run_in_sandbox
 
 # An in-memory counter behind HTTP on 127.0.0.1:8008, with a 30 MiB heap so that "RAM released" shows.
@@ -44,115 +43,121 @@ _START_COUNTER = (
 )
 
 
-def _criu_or_skip() -> CriuBinary:
-    status = probe()
-    if not status.available:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CRIU must work in CI (run scripts/build-criu): {status.reason}")
-        pytest.skip(f"CRIU is not available here (run scripts/build-criu as root): {status.reason}")
-    return find_criu()
-
-
-class _Snapshots:
-    """Checkpoint and restore a LocalRuntime sandbox with the CRIU module, fixing up the runtime's record.
-
-    This stands in for the runtime's own snapshot/resume until `_runtime.py` has them.
-    """
-
-    def __init__(self, runtime: LocalRuntime, criu: CriuBinary) -> None:
-        self._rt = runtime
-        self._criu = criu
-
-    async def checkpoint(self, sandbox_id: str) -> tuple[int, int]:
-        """Checkpoint; returns the sandbox's memory usage before and after, in bytes."""
-        box = self._rt._sandboxes[sandbox_id]
-        before = box.cgroup.usage().mem_used
-        box.stopping = True  # not a crash
-        await asyncio.to_thread(
-            checkpoint, self._criu, sandbox_dir=box.directory, pid=box.pid, freezer=box.cgroup.freezer_path()
-        )
-        assert box.cgroup.pids() == []
-        after = box.cgroup.usage().mem_used
-        if box.process is not None:
-            await asyncio.to_thread(box.process.wait)
-            box.process = None
-        else:
-            with contextlib.suppress(ChildProcessError):  # a restored pid 1 is our child (we are a subreaper)
-                await asyncio.to_thread(os.waitpid, box.pid, 0)
-        os.close(box.netns_fd)
-        box.netns_fd = -1
-        box.cgroup.remove()
-        return before, after
-
-    async def restore(self, sandbox_id: str) -> None:
-        box = self._rt._sandboxes[sandbox_id]
-        box.cgroup.create(box.resources)
-        box.pid = await asyncio.to_thread(
-            restore,
-            self._criu,
-            sandbox_dir=box.directory,
-            layers=self._rt.images.layer_dirs(TEMPLATES["base"]),
-            userns_slot=box.slot,
-            cgroup_procs=box.cgroup.procs_files(),
-            freezer=box.cgroup.freezer_path(),
-        )
-        assert box.pid in box.cgroup.pids()
-        box.netns_fd = os.open(f"/proc/{box.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        box.stopping = False
-        self._rt._watch_exit(box)
-
-
 async def _count(rt: LocalRuntime, sandbox_id: str) -> tuple[int, int]:
     """GET the counter: (count, the server's pid inside)."""
-    reader, writer = await asyncio.open_connection(sock=await rt.open_socket(sandbox_id, 8008))
-    writer.write(b"GET / HTTP/1.0\r\n\r\n")
-    response = await reader.read()
-    writer.close()
-    assert response.startswith(b"HTTP/1.0 200"), response
-    count, pid, heap = response.split(b"\r\n\r\n", 1)[1].split()
+    count, pid, heap = (await http_get(rt, sandbox_id, 8008)).split()
     assert int(heap) == 30 << 20
     return int(count), int(pid)
 
 
+async def _start_counter(rt: LocalRuntime, sandbox_id: str) -> tuple[int, int]:
+    await rt.start(spec(sandbox_id))
+    started = await run_in_sandbox(rt, sandbox_id, _START_COUNTER)
+    assert started.exit_code == 0, started
+    return await _count(rt, sandbox_id)
+
+
 def _snapshot_cycles(tmp_path: Path, cycles: int) -> None:
-    criu = _criu_or_skip()
+    require_criu()
 
     async def main() -> None:
         async with local_runtime(tmp_path) as rt:
-            snapshots = _Snapshots(rt, criu)
-            await rt.start(spec("counter"))
-            started = await run_in_sandbox(rt, "counter", _START_COUNTER)
-            assert started.exit_code == 0, started
-            count, server_pid = await _count(rt, "counter")
+            count, server_pid = await _start_counter(rt, "counter")
             assert count == 1
-            try:
-                for cycle in range(cycles):
-                    before, after = await snapshots.checkpoint("counter")
-                    assert before - after > 25 << 20, (before, after)  # the 30 MiB heap is gone from RAM
-                    await snapshots.restore("counter")
-                    assert await _count(rt, "counter") == (count + 1, server_pid)
-                    count += 1
-                    files = await run_in_sandbox(
-                        rt, "counter", f"cat ~/marker.txt; echo {cycle} >> ~/cycles; cat ~/cycles"
-                    )
-                    assert files.stdout.split() == ["kept", *map(str, range(cycle + 1))]
-            finally:
-                await rt.stop("counter")  # also reaps a restored pid 1
+            for cycle in range(cycles):
+                assert (await rt.stats("counter")).mem_used > 30 << 20
+                info = await rt.snapshot("counter")
+                assert info.kind == "criu"
+                assert info.image_bytes > 30 << 20  # the heap went to disk
+                assert sandbox_footprint(tmp_path, "counter") == ([], [])  # and left RAM: no process, no cgroup
+                await rt.restore(spec("counter"))
+                assert await _count(rt, "counter") == (count + 1, server_pid)
+                count += 1
+                files = await run_in_sandbox(rt, "counter", f"cat ~/marker.txt; echo {cycle} >> ~/cycles; cat ~/cycles")
+                assert files.stdout.split() == ["kept", *map(str, range(cycle + 1))]
 
     asyncio.run(main())
 
 
 def test_probe_finds_a_working_criu() -> None:
-    status = probe()
+    status = probe(criu_dir())
     if not status.available and os.environ.get("CI") != "true":
         pytest.skip(f"CRIU is not available here (run scripts/build-criu as root): {status.reason}")
     assert status.available, status.reason
     assert status.version.startswith("4."), status.version
 
 
-def test_checkpoint_frees_the_sandbox_and_restore_brings_back_its_memory_and_files(tmp_path: Path) -> None:
+def test_snapshot_frees_the_sandbox_and_restore_brings_back_its_memory_and_files(tmp_path: Path) -> None:
     _snapshot_cycles(tmp_path, 1)
 
 
 def test_two_snapshots_in_a_row(tmp_path: Path) -> None:
     _snapshot_cycles(tmp_path, 2)
+
+
+def test_a_frozen_sandbox_is_snapshotted_with_its_memory(tmp_path: Path) -> None:
+    require_criu()
+
+    async def main() -> None:
+        async with local_runtime(tmp_path) as rt:
+            count, server_pid = await _start_counter(rt, "frozen")
+            await rt.freeze("frozen")
+            assert (await rt.snapshot("frozen")).kind == "criu"
+            await rt.restore(spec("frozen"))
+            assert not rt.is_frozen("frozen")
+            assert await _count(rt, "frozen") == (count + 1, server_pid)
+
+    asyncio.run(main())
+
+
+def test_with_criu_any_sandbox_keeps_its_processes_and_capabilities_say_so(tmp_path: Path) -> None:
+    require_criu()
+
+    async def main() -> None:
+        async with local_runtime(tmp_path) as rt:
+            await _start_counter(rt, "anything")  # a process of the user's: CRIU keeps it anyway
+            assert rt.snapshot_keeps_processes("anything")
+            capabilities = rt.capabilities()
+            assert capabilities.snapshot_kind == "criu", capabilities
+            assert capabilities.criu_version.startswith("4.")
+
+    asyncio.run(main())
+
+
+def test_snapshot_and_restore_are_idempotent(tmp_path: Path) -> None:
+    require_criu()
+
+    async def main() -> None:
+        async with local_runtime(tmp_path) as rt:
+            await rt.start(spec("twice"))
+            first = await rt.snapshot("twice")
+            assert await rt.snapshot("twice") == first
+            assert rt.is_snapshotted("twice")
+            assert rt.snapshotted_ids() == {"twice"}
+            await rt.restore(spec("twice"))
+            pid = rt.host_pid("twice")
+            await rt.restore(spec("twice"))
+            assert rt.host_pid("twice") == pid
+            assert not rt.is_snapshotted("twice")
+            assert not (tmp_path / "sandboxes" / "twice" / "checkpoint").exists()  # stale once it runs again
+
+    asyncio.run(main())
+
+
+def test_a_connection_waiting_to_be_accepted_does_not_spoil_the_checkpoint(tmp_path: Path) -> None:
+    require_criu()
+    # Listens and never accepts: start's port probe stays in the accept queue ("in flight" for CRIU).
+    never_accepts = msgspec.structs.replace(
+        TEMPLATES["base"],
+        start=("exec python3 -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", 8008)); "
+               "s.listen(); time.sleep(1e6)'",),
+        ports=(8008,),
+    )  # fmt: skip
+
+    async def main() -> None:
+        async with local_runtime(tmp_path) as rt:
+            await rt.start(spec("inflight", never_accepts))
+            assert (await rt.snapshot("inflight")).kind == "criu"
+            await rt.restore(spec("inflight", never_accepts))  # and the listener is back: restore probed it
+
+    asyncio.run(main())

@@ -11,8 +11,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pool import LocalRuntime, PortClosed, Resources
-from tests.runtime_fixtures import TEMPLATES, local_runtime, spec
+from pool import LocalRuntime, PortClosed, Resources, RuntimeFailure
+from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
 
 Scenario = Callable[[LocalRuntime], Awaitable[None]]
@@ -167,6 +167,38 @@ def test_server_bound_to_loopback_inside_is_reachable_and_closed_ports_are_repor
         assert response.endswith(b"hello\n")
 
     _run(tmp_path, scenario)
+
+
+def test_template_start_commands_run_in_the_background_and_start_waits_for_the_ports(tmp_path: Path) -> None:
+    web = msgspec.structs.replace(
+        TEMPLATES["base"],
+        start=(
+            "sleep 0.3 && id -un > ~/who && exec python3 -m http.server 8008 --bind 127.0.0.1 --directory ~",
+            "sleep 600",  # never ends: start does not wait for the commands, only for the ports
+        ),
+        ports=(8008,),
+    )
+
+    async def scenario(rt: LocalRuntime) -> None:
+        await rt.start(spec("startcmds", web))
+        assert await http_get(rt, "startcmds", 8008, "/who") == b"user\n"  # as the template's user
+        running = await run_in_sandbox(rt, "startcmds", "pgrep -u user -x sleep")
+        assert running.exit_code == 0
+
+    _run(tmp_path, scenario)
+
+
+def test_start_fails_clearly_when_a_template_port_never_opens(tmp_path: Path) -> None:
+    closed = msgspec.structs.replace(TEMPLATES["base"], ports=(8009,))
+
+    async def main() -> None:
+        async with local_runtime(tmp_path, ports_timeout=0.3) as rt:
+            with pytest.raises(RuntimeFailure, match=r"port 8009 within 0\.3 s"):
+                await rt.start(spec("noport", closed))
+            assert not rt.is_running("noport")
+            assert not (tmp_path / "sandboxes" / "noport").exists()
+
+    asyncio.run(main())
 
 
 def test_frozen_sandbox_thaws_and_answers(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from pool._errors import RuntimeFailure
 from pool._templates import Resources
 
-__all__ = ["CgroupUsage", "SandboxCgroup", "cgroup_root_for"]
+__all__ = ["CgroupUsage", "SandboxCgroup", "cgroup_layout", "cgroup_root_for"]
 
 _V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
 _CFS_PERIOD_US = 100_000
@@ -36,6 +36,16 @@ def _mounts() -> dict[str, Path]:
                     if opt in _V1_CONTROLLERS:
                         found.setdefault(opt, point)
     return found
+
+
+def cgroup_layout() -> tuple[str, list[str]]:
+    """Which hierarchy sandboxes get ("v1", "v1 (hybrid)", "v2" or "none") and its controllers, for `doctor`."""
+    mounts = _mounts()
+    if all(c in mounts for c in _V1_CONTROLLERS):
+        return ("v1 (hybrid)" if "unified" in mounts else "v1"), list(_V1_CONTROLLERS)
+    if "unified" in mounts:
+        return "v2", (mounts["unified"] / "cgroup.controllers").read_text().split()
+    return "none", sorted(mounts)
 
 
 def cgroup_root_for(parent: str) -> dict[str, Path]:

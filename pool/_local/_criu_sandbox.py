@@ -13,7 +13,9 @@ Why the command lines look the way they do (`criu-debian.md`, `local-runtime-lab
 * `--freeze-cgroup`: CRIU freezes (or finds frozen) the whole sandbox at once instead of seizing tasks one
   by one; an already paused sandbox is dumped as it is.
 * `--tcp-established`: connections between processes inside survive; connections from the gateway do
-  not (their host ends are not in the image), so close them first. `--network-lock nftables` uses the
+  not (their host ends are not in the image), so close them first. `--skip-in-flight`: a connection
+  still waiting in a listener's accept queue is dropped instead of failing the dump; a port-readiness probe
+  (connect, close) right before a snapshot leaves exactly that. `--network-lock nftables` uses the
   libnftables CRIU is linked with; there is no iptables on these hosts.
 * `--irmap-scan-path`: see _IRMAP.
 * `--cgroup-root C:/path` for each of the sandbox's controllers: the restored tree goes into the cgroups
@@ -73,7 +75,7 @@ def checkpoint(
     new.mkdir(mode=0o700)
     argv = [
         str(criu.path), "dump", "-t", str(pid), "-D", str(new), "-o", "dump.log",
-        "--freeze-cgroup", str(freezer), "--network-lock", "nftables", "--tcp-established",
+        "--freeze-cgroup", str(freezer), "--network-lock", "nftables", "--tcp-established", "--skip-in-flight",
         "--external", "mnt[]", *_IRMAP, *(["--leave-running"] if leave_running else []),
     ]  # fmt: skip
     started = time.monotonic()
@@ -112,8 +114,9 @@ def restore(
     `layers` are the template's layer directories top-first (as the launcher mounts them), `userns_slot`
     the sandbox's uid range, and `cgroup_procs` the `cgroup.procs` files of its cgroups, which the caller
     has created (empty) beforehand. The restored pid 1 becomes a child of the nearest child subreaper
-    (the calling process, when it is one): the caller reaps it. The image is removed once restored (it
-    is stale as soon as the sandbox runs again). On failure whatever was restored is killed.
+    (the calling process, when it is one): the caller reaps it. The image stays: the caller removes it
+    once it has recorded the sandbox as running again (it is stale from then on). On failure whatever was
+    restored is killed.
     """
     images = sandbox_dir / "checkpoint"
     if not (images / "inventory.img").is_file():
@@ -150,7 +153,6 @@ def restore(
         _empty(freezer)
         raise RuntimeFailure(f"restore of {sandbox_dir.name} failed: {log_tail(images / 'restore.log')}") from None
     shutil.copy(images / "restore.log", sandbox_dir / "restore.log")
-    shutil.rmtree(images, ignore_errors=True)
     return pid
 
 

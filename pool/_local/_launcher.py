@@ -10,15 +10,21 @@ sandbox: nothing is left on the host when its processes are gone.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from pool._errors import RuntimeFailure
+from pool._executor_client import EXECUTOR_PORT
+from pool._local._sandbox import Sandbox
 from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, make_mounts_private, mount, setns, unshare
+from pool._local._userns import create_userns
 
-__all__ = ["EXECUTOR_LOG", "EXECUTOR_PORT", "ROOT_MOUNTPOINT", "SANDBOX_CAPABILITIES", "bwrap_argv", "launcher_steps"]
+__all__ = ["EXECUTOR_LOG", "ROOT_MOUNTPOINT", "SANDBOX_CAPABILITIES", "bwrap_argv", "launch", "launcher_steps"]
 
-EXECUTOR_PORT = 49983
 EXECUTOR_LOG = "/var/log/agent-sandbox-executor.log"
 # Root inside gets Docker's default set, valid only inside its own user namespace; the seccomp filter
 # blocks what those would otherwise allow against the kernel (mount, namespaces, ptrace, …).
@@ -78,3 +84,73 @@ def launcher_steps(
         os.setresuid(0, 0, 0)
 
     return steps
+
+
+async def launch(box: Sandbox, layers: list[Path], *, seccomp: bytes, within: float) -> None:
+    """Start the sandbox's process tree over `layers`; sets `box.process` and `box.pid` once the executor is up.
+
+    `within` bounds the wait for bubblewrap's status and the executor's readiness.
+    """
+    status_r, status_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    try:
+        box.process = await asyncio.to_thread(_spawn, box, layers, seccomp, status_w, ready_w)
+    finally:
+        os.close(status_w)
+        os.close(ready_w)
+    try:
+        async with asyncio.timeout(within):
+            box.pid = json.loads(await _read_line(status_r))["child-pid"]
+            if await _read_line(ready_r) != b"ready\n":
+                raise RuntimeFailure(f"sandbox did not start: {_launcher_log(box)}")
+    except (TimeoutError, ValueError, KeyError) as exc:
+        raise RuntimeFailure(f"sandbox did not start: {exc!r} {_launcher_log(box)}") from exc
+    finally:
+        os.close(status_r)
+        os.close(ready_r)
+
+
+def _spawn(box: Sandbox, layers: list[Path], seccomp: bytes, status_w: int, ready_w: int) -> subprocess.Popen[bytes]:
+    """Fork the launcher (blocking: runs in a worker thread)."""
+    seccomp_r, seccomp_w = os.pipe()
+    os.write(seccomp_w, seccomp)
+    os.close(seccomp_w)
+    userns_fd = create_userns(box.slot)
+    argv = bwrap_argv(seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w)
+    steps = launcher_steps(
+        sandbox_dir=box.directory, layers=layers, userns_fd=userns_fd, cgroup_procs=box.cgroup.procs_files()
+    )
+    try:
+        with open(box.directory / "launcher.log", "wb") as log:
+            return subprocess.Popen(
+                argv, preexec_fn=steps, pass_fds=(seccomp_r, status_w, ready_w),  # the preexec uses userns_fd
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            )  # fmt: skip
+    finally:
+        os.close(seccomp_r)
+        os.close(userns_fd)
+
+
+def _launcher_log(box: Sandbox) -> str:
+    try:
+        return (box.directory / "launcher.log").read_text(errors="replace")[-2000:]
+    except OSError:
+        return ""
+
+
+async def _read_line(fd: int) -> bytes:
+    """Read one line from a pipe without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while not data.endswith(b"\n"):
+        readable = asyncio.Event()
+        loop.add_reader(fd, readable.set)
+        try:
+            await readable.wait()
+        finally:
+            loop.remove_reader(fd)
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data

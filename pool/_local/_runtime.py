@@ -1,335 +1,202 @@
-"""The local runtime: each sandbox is a bubblewrap process tree in its own namespaces and cgroups."""
+"""The local runtime: local sandboxes (`_core`) plus snapshots to zero and the recovery after a restart.
+
+`snapshot` records the intent (`snapshot.json`) first, checkpoints with CRIU when the start-up trial passed,
+and otherwise (or when the dump fails) just kills the processes: the writable layer stays either way.
+`restore` brings the memory image back, or starts the sandbox again over its files (same uid slot, same
+pinned layers) and re-runs `/init` and the template's start commands. The record goes only once the sandbox
+runs again, so a crash at any point leaves a state `recover` can finish or undo (`_snapshots.settle`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
+import functools
+import logging
 import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 
-from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGone
-from pool._executor_client import post_init
-from pool._local._cgroups import SandboxCgroup, cgroup_root_for
-from pool._local._images import ImageStore
-from pool._local._launcher import EXECUTOR_PORT, ROOT_MOUNTPOINT, bwrap_argv, launcher_steps
-from pool._local._netns import NetnsSocketFactory
-from pool._local._orphans import reap_orphans
-from pool._local._seccomp import seccomp_filter
-from pool._local._slots import SlotAllocator
-from pool._local._syscalls import set_child_subreaper
-from pool._local._userns import IDS_PER_SANDBOX, create_userns, host_id_base
-from pool._runtime import SandboxSpec, SandboxStats
-from pool._templates import Resources
+from pool._errors import RuntimeFailure, SandboxGone
+from pool._local._census import foreign_processes
+from pool._local._core import LocalRuntimeSettings, LocalSandboxes
+from pool._local._criu import CriuBinary
+from pool._local._criu_sandbox import checkpoint, restore
+from pool._local._sandbox import Sandbox, load_sandbox
+from pool._local._snapshots import CriuSupport, drop_image, settle, snapshot_bytes
+from pool._runtime import RuntimeCapabilities, SandboxSpec, SnapshotInfo, SnapshotKind
+from pool._template_start import wait_for_ports
 
 __all__ = ["LocalRuntime", "LocalRuntimeSettings"]
 
-ExitListener = Callable[[str], Awaitable[None]]
+_log = logging.getLogger("pool.local")
 
 
-class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """Where the local runtime keeps its state."""
-
-    data_dir: Path
-    image_cache: Path
-    executor_source: Path
-    slot_dir: Path = Path("/var/lib/agent-sandbox/uid-slots")
-    start_timeout: float = 20.0
-
-
-class _Sandbox:
-    """A started sandbox. Owned by the event loop thread; `netns_fd` is closed when it stops."""
-
-    __slots__ = (
-        "cgroup", "directory", "last_cpu", "netns_fd", "pid", "process", "resources", "slot", "stopping", "token",
-    )  # fmt: skip
-
-    def __init__(self, directory: Path, slot: int, cgroup: SandboxCgroup, resources: Resources) -> None:
-        self.directory = directory
-        self.resources = resources
-        self.slot = slot
-        self.cgroup = cgroup
-        self.process: subprocess.Popen[bytes] | None = None
-        self.pid = 0
-        self.netns_fd = -1
-        self.token: str | None = None
-        self.stopping = False
-        self.last_cpu = (time.monotonic(), 0.0)
-
-
-class LocalRuntime:
-    """Implements `pool.Runtime` with bubblewrap, user namespaces, overlayfs and cgroups."""
+class LocalRuntime(LocalSandboxes):
+    """Implements `pool.Runtime` on this machine: bubblewrap sandboxes, snapshotted with CRIU or to their files."""
 
     def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
-        set_child_subreaper()
-        self._settings = settings
-        self._images = ImageStore(settings.image_cache, settings.executor_source)
-        self._cgroups = cgroup_root_for(parent_cgroup)
-        self._slots = SlotAllocator(settings.slot_dir)
-        self._sockets = NetnsSocketFactory()
-        self._seccomp = seccomp_filter()
-        ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
-        self._root = settings.data_dir / "sandboxes"
-        self._root.mkdir(parents=True, exist_ok=True)
-        self._sandboxes: dict[str, _Sandbox] = {}
-        self._on_exit: ExitListener | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # crash clean-ups in flight, kept referenced
+        super().__init__(settings, parent_cgroup=parent_cgroup)
+        self._criu = CriuSupport(settings.criu_dir)  # the trial runs in a thread meanwhile
 
-    @property
-    def images(self) -> ImageStore:
-        return self._images
+    def capabilities(self) -> RuntimeCapabilities:
+        """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""
+        status = self._criu.status_now()
+        if status is None:
+            return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason="the CRIU trial is still running")
+        kind: SnapshotKind = "criu" if status.available else "filesystem"
+        return RuntimeCapabilities(snapshot_kind=kind, criu_version=status.version, criu_reason=status.reason)
 
-    def set_exit_listener(self, listener: ExitListener) -> None:
-        """`listener(sandbox_id)` is called when a sandbox's processes end without `stop`."""
-        self._on_exit = listener
+    def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
+        if sandbox_id in self._snapshots:
+            return True
+        box = self._running(sandbox_id)
+        status = self._criu.status_now()
+        if status is not None and status.available:
+            return True
+        return not foreign_processes(box.cgroup.pids(), box.start_pids())
 
-    async def start(self, spec: SandboxSpec) -> None:
-        if spec.sandbox_id in self._sandboxes:
+    def is_snapshotted(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._snapshots
+
+    def snapshotted_ids(self) -> set[str]:
+        return set(self._snapshots)
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        if (done := self._snapshots.get(sandbox_id)) is not None:
+            return done
+        box = self._running(sandbox_id)
+        criu = await self._criu.binary()
+        started = time.monotonic()
+        box.stopping = True  # from here on its end is no crash
+        kind: SnapshotKind = "criu" if criu is not None else "filesystem"
+        await asyncio.to_thread(box.set_snapshot_info, SnapshotInfo(kind=kind, seconds=0.0, image_bytes=0))
+        if criu is not None and not await self._checkpoint(box, criu):
+            kind = "filesystem"
+        del self._sandboxes[sandbox_id]
+        await asyncio.to_thread(self._teardown, box, True)
+        seconds = time.monotonic() - started
+        info = self._snapshots[sandbox_id] = await asyncio.to_thread(_record, box, kind, seconds)
+        _log.info("sandbox %s: snapshot (%s) in %.0f ms, %d bytes", sandbox_id, kind, seconds * 1000, info.image_bytes)
+        return info
+
+    async def _checkpoint(self, box: Sandbox, criu: CriuBinary) -> bool:
+        """Dump the sandbox's memory with CRIU; on failure it is left as it was and only its files are kept."""
+        freezer = box.cgroup.freezer_path()
+        try:
+            await asyncio.to_thread(checkpoint, criu, sandbox_dir=box.directory, pid=box.pid, freezer=freezer)
+        except RuntimeFailure as exc:
+            _log.warning("sandbox %s: checkpoint failed, the snapshot keeps its files only: %s", box.sandbox_id, exc)
+            return False
+        return True
+
+    async def restore(self, spec: SandboxSpec) -> None:
+        sandbox_id = spec.sandbox_id
+        if sandbox_id in self._sandboxes:
             return
+        info = self._snapshots.get(sandbox_id)
+        box = load_sandbox(self._root / sandbox_id, self._cgroups) if info else None
+        if info is None or box is None:
+            raise SandboxGone(f"sandbox {sandbox_id} is not snapshotted")
+        layers = self._pinned_layers(box)
+        self._sandboxes[sandbox_id] = box
         try:
-            layers = self._images.layer_dirs(spec.template)
-        except ImageBuildError as exc:
-            raise RuntimeFailure(str(exc)) from exc
-        box = self._prepare(spec.sandbox_id, layers, spec.template.resources)
-        self._sandboxes[spec.sandbox_id] = box
-        try:
-            box.cgroup.create(spec.template.resources)
-            await self._launch(box, layers)
-            await post_init(await self.open_socket(spec.sandbox_id, EXECUTOR_PORT), spec.init, None)
-            box.token = spec.init.access_token
+            box.cgroup.create(box.resources)
+            if info.kind == "criu" and await self._restore_memory(box, layers):
+                connect = functools.partial(self.open_socket, sandbox_id)
+                await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
+            else:
+                await self._launch(box, layers)
+                await self._bring_up(box, spec)
         except BaseException:
-            await self.stop(spec.sandbox_id)
+            self._sandboxes.pop(sandbox_id, None)
+            box.stopping = True
+            await asyncio.to_thread(self._teardown, box, True)  # still snapshotted: its record is untouched
             raise
-
-    def _prepare(self, sandbox_id: str, layers: list[Path], resources: Resources) -> _Sandbox:
-        directory = self._root / sandbox_id
-        slot = self._slots.take(str(directory))
-        base = host_id_base(slot)
-        for sub in ("upper", "work", *(f"lower/{i}" for i in range(len(layers)))):
-            (directory / sub).mkdir(parents=True, exist_ok=True)
-        for sub in ("upper", "work"):
-            os.chown(directory / sub, base, base)
-        (directory / "slot").write_text(str(slot))
-        (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
-        # The exact layers, pinned: a snapshot must come back over the files its processes had open.
-        (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
-        return _Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
-
-    async def _launch(self, box: _Sandbox, layers: list[Path]) -> None:
-        status_r, status_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        try:
-            box.process = await asyncio.to_thread(self._spawn, box, layers, status_w, ready_w)
-        finally:
-            os.close(status_w)
-            os.close(ready_w)
-        try:
-            async with asyncio.timeout(self._settings.start_timeout):
-                box.pid = json.loads(await _read_line(status_r))["child-pid"]
-                if await _read_line(ready_r) != b"ready\n":
-                    raise RuntimeFailure(f"sandbox did not start: {self._launcher_log(box)}")
-        except (TimeoutError, ValueError, KeyError) as exc:
-            raise RuntimeFailure(f"sandbox did not start: {exc!r} {self._launcher_log(box)}") from exc
-        finally:
-            os.close(status_r)
-            os.close(ready_r)
-        box.netns_fd = os.open(f"/proc/{box.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        (box.directory / "pid").write_text(str(box.pid))
-        self._watch_exit(box)
-
-    def _spawn(self, box: _Sandbox, layers: list[Path], status_w: int, ready_w: int) -> subprocess.Popen[bytes]:
-        """Fork the launcher (blocking: runs in a worker thread)."""
-        seccomp_r, seccomp_w = os.pipe()
-        os.write(seccomp_w, self._seccomp)
-        os.close(seccomp_w)
-        userns_fd = create_userns(box.slot)
-        argv = bwrap_argv(seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w)
-        steps = launcher_steps(
-            sandbox_dir=box.directory, layers=layers, userns_fd=userns_fd, cgroup_procs=box.cgroup.procs_files()
-        )
-        try:
-            with open(box.directory / "launcher.log", "wb") as log:
-                return subprocess.Popen(
-                    argv, preexec_fn=steps, pass_fds=(seccomp_r, status_w, ready_w),  # the preexec uses userns_fd
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                )  # fmt: skip
-        finally:
-            os.close(seccomp_r)
-            os.close(userns_fd)
+        del self._snapshots[sandbox_id]
+        await asyncio.to_thread(_forget_snapshot, box)
 
     @staticmethod
-    def _launcher_log(box: _Sandbox) -> str:
+    def _pinned_layers(box: Sandbox) -> list[Path]:
         try:
-            return (box.directory / "launcher.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+            layers = box.layers()
+        except (OSError, msgspec.DecodeError) as exc:
+            raise RuntimeFailure(f"sandbox {box.sandbox_id} cannot come back: its layers are not recorded") from exc
+        missing = [str(layer) for layer in layers if not layer.is_dir()]
+        if missing:
+            raise RuntimeFailure(f"sandbox {box.sandbox_id} cannot come back: its template layers are gone: {missing}")
+        return layers
 
-    def _watch_exit(self, box: _Sandbox) -> None:
-        loop = asyncio.get_running_loop()
-        pidfd = os.pidfd_open(box.pid)
-        sandbox_id = box.directory.name
-
-        def exited() -> None:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-            if not box.stopping and self._sandboxes.get(sandbox_id) is box:
-                task = loop.create_task(self._after_crash(sandbox_id))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-
-        loop.add_reader(pidfd, exited)
-
-    async def _after_crash(self, sandbox_id: str) -> None:
-        await self.stop(sandbox_id)
-        if self._on_exit is not None:
-            await self._on_exit(sandbox_id)
-
-    async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
-        box = self._sandboxes.pop(sandbox_id, None) or self._find_on_disk(sandbox_id)
-        if box is None:
-            return
-        box.stopping = True
-        await asyncio.to_thread(self._teardown, box, keep_files)
-
-    def _find_on_disk(self, sandbox_id: str) -> _Sandbox | None:
-        directory = self._root / sandbox_id
-        if not (directory / "slot").is_file():
-            return None
-        slot = int((directory / "slot").read_text())
-        resources = msgspec.json.decode((directory / "resources.json").read_bytes(), type=Resources)
-        return _Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
-
-    def _teardown(self, box: _Sandbox, keep_files: bool) -> None:
-        box.cgroup.kill_all()
-        if box.process is not None:
-            box.process.wait()
-        if box.netns_fd >= 0:
-            os.close(box.netns_fd)
-            box.netns_fd = -1
-        box.cgroup.remove()
-        base = host_id_base(box.slot)
-        reap_orphans(range(base, base + IDS_PER_SANDBOX))
-        (box.directory / "pid").unlink(missing_ok=True)
-        if not keep_files:
-            shutil.rmtree(box.directory, ignore_errors=True)
-            self._slots.release(box.slot)
-
-    def _running(self, sandbox_id: str) -> _Sandbox:
-        box = self._sandboxes.get(sandbox_id)
-        if box is None or box.netns_fd < 0:
-            raise SandboxGone(f"sandbox {sandbox_id} is not running")
-        return box
-
-    async def freeze(self, sandbox_id: str) -> None:
-        self._running(sandbox_id).cgroup.freeze()
-
-    async def thaw(self, sandbox_id: str) -> None:
-        self._running(sandbox_id).cgroup.thaw()
-
-    def is_frozen(self, sandbox_id: str) -> bool:
-        return self._running(sandbox_id).cgroup.is_frozen()
-
-    async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
-        sock = self._sockets.socket_in(self._running(sandbox_id).netns_fd)
+    async def _restore_memory(self, box: Sandbox, layers: list[Path]) -> bool:
+        """Restore the CRIU image; when that fails, fall back to the files (recorded so) and return False."""
+        criu = await self._criu.binary()
         try:
-            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-        except ConnectionRefusedError as exc:
-            sock.close()
-            raise PortClosed(f"nothing listens on port {port} in sandbox {sandbox_id}") from exc
-        except OSError as exc:
-            sock.close()
-            raise RuntimeFailure(f"cannot reach port {port} in sandbox {sandbox_id}: {exc}") from exc
-        return sock
-
-    def is_running(self, sandbox_id: str) -> bool:
-        box = self._sandboxes.get(sandbox_id)
-        return box is not None and box.netns_fd >= 0
-
-    def sandbox_ids(self) -> list[str]:
-        return list(self._sandboxes)
-
-    def host_pid(self, sandbox_id: str) -> int:
-        """The host pid of the sandbox's pid 1 (the executor)."""
-        return self._running(sandbox_id).pid
-
-    async def stats(self, sandbox_id: str) -> SandboxStats:
-        box = self._running(sandbox_id)
-        usage = box.cgroup.usage()
-        now = time.monotonic()
-        then, cpu_then = box.last_cpu
-        box.last_cpu = (now, usage.cpu_seconds)
-        res = box.resources
-        pct = 100.0 * (usage.cpu_seconds - cpu_then) / max(now - then, 1e-6) / res.cpu_count
-        disk = await asyncio.to_thread(_tree_size, box.directory / "upper")
-        return SandboxStats(
-            cpu_count=res.cpu_count, cpu_used_pct=round(max(pct, 0.0), 2), cpu_seconds=usage.cpu_seconds,
-            mem_used=usage.mem_used, mem_total=res.memory_mb << 20, mem_cache=usage.mem_cache,
-            disk_used=disk, disk_total=res.disk_mb << 20,
-        )  # fmt: skip
+            if criu is None:
+                raise RuntimeFailure(f"CRIU does not work here: {(await self._criu.status()).reason}")
+            box.pid = await asyncio.to_thread(
+                restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
+                cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
+            )  # fmt: skip
+        except RuntimeFailure as exc:
+            _log.warning("sandbox %s: memory image not restored, starting over its files: %s", box.sandbox_id, exc)
+            self._snapshots[box.sandbox_id] = await asyncio.to_thread(_downgrade, box)
+            return False
+        self._adopt(box)
+        return True
 
     async def recover(self) -> set[str]:
-        """Re-adopt sandboxes whose processes outlived a restart of the server; clean up half-started ones."""
+        """Re-adopt sandboxes whose processes outlived a restart of the server, find the snapshotted ones, and
+        finish what a crash interrupted: an interrupted snapshot is completed, an interrupted restore undone."""
+        await self._criu.status()  # known before anything is snapshotted or restored
         alive: set[str] = set()
         for directory in sorted(self._root.iterdir()):
-            box = self._find_on_disk(directory.name)
+            box = load_sandbox(directory, self._cgroups)
             if box is None:
                 shutil.rmtree(directory, ignore_errors=True)  # died before its slot was recorded
                 continue
-            pid = _read_int(directory / "pid")
-            if pid and pid in box.cgroup.pids():
-                box.pid = pid
-                box.netns_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-                self._sandboxes[directory.name] = box
-                self._watch_exit(box)
-                alive.add(directory.name)
-            elif box.cgroup.exists():
-                await asyncio.to_thread(self._teardown, box, True)
+            found = await asyncio.to_thread(self._settle, box)
+            if isinstance(found, SnapshotInfo):
+                self._snapshots[box.sandbox_id] = found
+            elif found:
+                box.pid = found
+                self._adopt(box)
+                self._sandboxes[box.sandbox_id] = box
+                alive.add(box.sandbox_id)
         return alive
 
-    def close(self) -> None:
-        """Release host resources; the parent cgroup goes too once no sandbox is left in it."""
-        self._sockets.close()
-        for root in set(self._cgroups.values()):
-            with contextlib.suppress(OSError):
-                root.rmdir()
-
-
-async def _read_line(fd: int) -> bytes:
-    """Read one line from a pipe without blocking the event loop."""
-    loop = asyncio.get_running_loop()
-    data = b""
-    while not data.endswith(b"\n"):
-        readable = asyncio.Event()
-        loop.add_reader(fd, readable.set)
-        try:
-            await readable.wait()
-        finally:
-            loop.remove_reader(fd)
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text())
-    except (OSError, ValueError):
+    def _settle(self, box: Sandbox) -> SnapshotInfo | int:
+        """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or 0 (dead)."""
+        recorded = box.snapshot_info()
+        if recorded is not None:
+            info = settle(box, recorded)
+            box.stopping = True
+            self._teardown(box, keep_files=True)
+            return info
+        pid = box.recorded_pid()
+        if pid and pid in box.cgroup.pids():
+            drop_image(box.directory)  # left by a restore that was complete
+            return pid
+        if box.cgroup.exists():
+            self._teardown(box, keep_files=True)
         return 0
 
 
-def _tree_size(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+def _forget_snapshot(box: Sandbox) -> None:
+    """The sandbox runs again: first its record goes (a crash now leaves a running sandbox), then the image."""
+    box.set_snapshot_info(None)
+    drop_image(box.directory)
+
+
+def _downgrade(box: Sandbox) -> SnapshotInfo:
+    """A memory image that cannot be restored is dropped: the snapshot keeps the sandbox's files only."""
+    drop_image(box.directory)
+    recorded = box.snapshot_info()
+    return _record(box, "filesystem", recorded.seconds if recorded else 0.0)
+
+
+def _record(box: Sandbox, kind: SnapshotKind, seconds: float) -> SnapshotInfo:
+    """Write down what the snapshot holds, with its size (blocking)."""
+    info = SnapshotInfo(kind=kind, seconds=seconds, image_bytes=snapshot_bytes(box.directory))
+    box.set_snapshot_info(info)
+    return info

@@ -50,6 +50,9 @@ def create_userns(slot: int) -> int:
                 f.write(f"0 {base} {IDS_PER_SANDBOX}\n")
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
+        # Wake the child with a byte, not EOF: a child forked meanwhile by another thread holds a copy of
+        # `done_w`, so EOF would never come and both children would wait forever.
+        os.write(done_w, b"1")
         os.close(ready_r)
         os.close(done_w)
         os.waitpid(pid, 0)

@@ -1,0 +1,22 @@
+"""What every pod worker of one stand-in kubelet shares: the API client, the node's layout, addresses, cgroups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pool._kube_dev._addresses import LoopbackAddresses
+from pool._kube_dev._api import KubeClient
+from pool._kube_dev._layout import ClusterLayout
+from pool._kube_dev._tracking import ProcessTracker
+
+__all__ = ["NodeContext"]
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """Shared by the kubelet's tasks; `addresses` is mutated only on the event loop, so needs no lock."""
+
+    client: KubeClient
+    layout: ClusterLayout
+    addresses: LoopbackAddresses
+    tracker: ProcessTracker

@@ -1,0 +1,203 @@
+"""Starting, checking and stopping the cluster's four processes: etcd, apiserver, controller-manager, kubelet.
+
+Flags that matter, and why:
+- `--authorization-mode=Node,RBAC`: RBAC is what `install.yaml`'s Role is tested against.
+- the service-account issuer and key pair: TokenRequest (`serviceaccounts/token`) issues tokens, and the
+  controller-manager's token controller gives each ServiceAccount its secret, which pods need in 1.20.
+- `--endpoint-reconciler-type=none`: the apiserver would otherwise publish 127.0.0.1 as the `kubernetes`
+  Service's endpoint. `--enable-priority-and-fairness=false`: less work, no behaviour the tests rely on.
+- the controller-manager runs only controllers that make sense without real nodes (no node lifecycle, no
+  IPAM, no volume attach, no CSR signing) and with per-controller credentials, as in a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import ssl
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from pool._kube_dev._daemons import running_pid, start_daemon, stop_daemon
+from pool._kube_dev._layout import ClusterLayout, decode_layout, encode_layout
+from pool._kube_dev._pki import ensure_pki, read_token, write_kubeconfigs
+from pool._kube_dev._tracking import ProcessTracker
+
+__all__ = ["DAEMONS", "ClusterError", "check", "down", "load_layout", "up"]
+
+DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
+_CONTROLLERS = "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl,-bootstrapsigner," \
+    "-tokencleaner,-csrsigning,-csrapproving,-csrcleaner,-cloud-node-lifecycle,-route,-service"  # fmt: skip
+_REPO = Path(__file__).resolve().parents[2]
+
+
+class ClusterError(Exception):
+    """The cluster could not be started, or a component failed while starting; the message says which."""
+
+
+def load_layout(state_dir: Path, **overrides: object) -> ClusterLayout:
+    """The layout a running cluster was started with (its `layout.json`), else the defaults plus `overrides`."""
+    saved = state_dir / "layout.json"
+    if saved.exists() and any(running_pid(state_dir / "run", name) for name in DAEMONS):
+        return decode_layout(saved.read_bytes())
+    return decode_layout(
+        {"state_dir": str(state_dir), **{k: str(v) if isinstance(v, Path) else v for k, v in overrides.items()}}
+    )
+
+
+def _argv(layout: ClusterLayout, name: str) -> list[str]:
+    pki, e = layout.pki, layout.etcd_port
+    if name == "etcd":
+        return [
+            str(layout.etcd), "--name", "dev", "--data-dir", str(layout.etcd_data),
+            "--listen-client-urls", f"http://127.0.0.1:{e}", "--advertise-client-urls", f"http://127.0.0.1:{e}",
+            "--listen-peer-urls", f"http://127.0.0.1:{e + 1}", "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{e + 1}", "--initial-cluster", f"dev=http://127.0.0.1:{e + 1}",
+        ]  # fmt: skip
+    if name == "kube-apiserver":
+        return [
+            str(layout.bin_dir / name), "--bind-address=127.0.0.1", f"--secure-port={layout.apiserver_port}",
+            "--insecure-port=0", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            f"--etcd-servers=http://127.0.0.1:{e}", f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}", f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={pki / 'tokens.csv'}", "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}", "--service-cluster-ip-range=10.0.0.0/24",
+            "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+        ]  # fmt: skip
+    if name == "kube-controller-manager":
+        return [
+            str(layout.bin_dir / name), f"--kubeconfig={layout.kubeconfig('controller-manager')}",
+            "--bind-address=127.0.0.1", "--secure-port=0", "--port=0", "--leader-elect=false",
+            "--use-service-account-credentials=true", f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}", f"--controllers={_CONTROLLERS}", "--profiling=false", "--v=1",
+        ]  # fmt: skip
+    return [sys.executable, "-m", "pool._kube_dev", "kubelet", "--state-dir", str(layout.state_dir)]
+
+
+def _env(name: str) -> dict[str, str]:
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+    if name == "kubelet":
+        env["PYTHONPATH"] = str(_REPO)
+    return env
+
+
+def _check_binaries(layout: ClusterLayout) -> None:
+    for binary in (layout.etcd, layout.bin_dir / "kube-apiserver", layout.bin_dir / "kube-controller-manager"):
+        if not os.access(binary, os.X_OK):
+            raise ClusterError(f"{binary} is missing: run `scripts/kube-dev-cluster build` first")
+
+
+def _client(layout: ClusterLayout) -> httpx.Client:
+    token = read_token(layout, "agent-sandbox-admin")
+    return httpx.Client(
+        base_url=layout.server, headers={"Authorization": f"Bearer {token}"}, timeout=5.0, trust_env=False,
+        verify=ssl.create_default_context(cafile=layout.pki / "ca.crt"),
+    )  # fmt: skip
+
+
+def up(layout: ClusterLayout) -> Path:
+    """Start whatever is not running, wait until the whole cluster is usable; the admin kubeconfig's path."""
+    _check_binaries(layout)
+    for d in (layout.state_dir, layout.run, layout.logs, layout.pods):
+        d.mkdir(parents=True, exist_ok=True)
+    if not any(running_pid(layout.run, name) for name in DAEMONS):
+        (layout.state_dir / "layout.json").write_bytes(encode_layout(layout))
+    started = time.monotonic()
+    ensure_pki(layout)
+    write_kubeconfigs(layout)
+    _start(layout, "etcd")
+    _wait(layout, "etcd", lambda: _etcd_healthy(layout), 30.0, started)
+    for name in ("kube-apiserver", "kube-controller-manager", "kubelet"):
+        _start(layout, name)  # the last two retry until the apiserver answers
+    with _client(layout) as client:
+        _wait(layout, "kube-apiserver", lambda: _get(client, "/readyz") == "ok", 90.0, started)
+        _wait(layout, "kube-controller-manager", lambda: _default_sa_has_token(client), 60.0, started)
+        _wait(layout, "kubelet", lambda: _node_ready(client, layout.node_name), 60.0, started)
+    return layout.admin_kubeconfig
+
+
+def _start(layout: ClusterLayout, name: str) -> None:
+    if running_pid(layout.run, name) is None:
+        start_daemon(layout.run, layout.logs / f"{name}.log", name, _argv(layout, name), env=_env(name),
+                     cwd=layout.state_dir)  # fmt: skip
+
+
+def _wait(layout: ClusterLayout, name: str, ready: Callable[[], bool], timeout: float, started: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if running_pid(layout.run, name) is None:
+            raise ClusterError(
+                f"{name} exited while starting; the end of {layout.logs / name}.log:\n{_tail(layout, name)}"
+            )
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} not ready after {timeout:.0f} s; see {layout.logs / name}.log")
+        time.sleep(0.05)
+    print(f"kube-dev-cluster: {name} ready after {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+def _tail(layout: ClusterLayout, name: str) -> str:
+    try:
+        return "\n".join((layout.logs / f"{name}.log").read_text(errors="replace").splitlines()[-15:])
+    except OSError:
+        return "(no log)"
+
+
+def _get(client: httpx.Client, path: str) -> str | None:
+    try:
+        response = client.get(path)
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+def _etcd_healthy(layout: ClusterLayout) -> bool:
+    try:
+        response = httpx.get(f"http://127.0.0.1:{layout.etcd_port}/health", timeout=2.0, trust_env=False)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and b'"true"' in response.content
+
+
+def _default_sa_has_token(client: httpx.Client) -> bool:
+    """The service-account and token controllers have run: pods can be admitted in new namespaces."""
+    body = _get(client, "/api/v1/namespaces/default/serviceaccounts/default")
+    return body is not None and bool(msgspec.json.decode(body).get("secrets"))
+
+
+def _node_ready(client: httpx.Client, name: str) -> bool:
+    body = _get(client, f"/api/v1/nodes/{name}")
+    if body is None:
+        return False
+    conditions = msgspec.json.decode(body).get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def check(layout: ClusterLayout) -> dict[str, str]:
+    """Component → one line of status; every line starts with "running" when that component is healthy."""
+    lines = {}
+    for name in DAEMONS:
+        pid = running_pid(layout.run, name)
+        lines[name] = f"running (pid {pid})" if pid else "stopped"
+    if running_pid(layout.run, "kube-apiserver") and (layout.pki / "tokens.csv").exists():
+        with _client(layout) as client:
+            ready = _get(client, "/readyz") == "ok"
+            lines["kube-apiserver"] += f", {layout.server} {'ready' if ready else 'NOT ready'}"
+            if running_pid(layout.run, "kubelet"):
+                node = "Ready" if ready and _node_ready(client, layout.node_name) else "NOT Ready"
+                lines["kubelet"] += f", node {layout.node_name} {node}"
+    return lines
+
+
+def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
+    """Stop every component (the kubelet first, so it ends its pods); the names of those that were running."""
+    stopped = [name for name in reversed(DAEMONS) if stop_daemon(layout.run, name, grace=40.0)]
+    ProcessTracker(layout.cgroup_name).sweep()  # pods of a kubelet that died without cleaning up
+    if purge and layout.state_dir.exists():
+        shutil.rmtree(layout.state_dir)
+    return stopped

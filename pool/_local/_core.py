@@ -1,0 +1,241 @@
+"""Local sandboxes as process trees: each one bubblewrap in its own namespaces and cgroups, over an overlay.
+
+`LocalSandboxes` starts, freezes, reaches and stops them; `LocalRuntime` (`_runtime`) adds snapshots and
+the recovery after a restart on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import shutil
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+
+from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGone
+from pool._local._cgroups import SandboxCgroup, cgroup_root_for
+from pool._local._criu import DEFAULT_CRIU_DIR
+from pool._local._images import ImageStore
+from pool._local._launcher import ROOT_MOUNTPOINT, launch
+from pool._local._netns import NetnsSocketFactory
+from pool._local._orphans import reap_orphans
+from pool._local._sandbox import Sandbox, load_sandbox, tree_size
+from pool._local._seccomp import seccomp_filter
+from pool._local._slots import SlotAllocator
+from pool._local._syscalls import set_child_subreaper
+from pool._local._userns import IDS_PER_SANDBOX, host_id_base
+from pool._runtime import SandboxSpec, SandboxStats, SnapshotInfo
+from pool._template_start import bring_up
+from pool._templates import Resources
+
+__all__ = ["LocalRuntimeSettings", "LocalSandboxes"]
+
+ExitListener = Callable[[str], Awaitable[None]]
+
+
+class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the local runtime keeps its state, and how long it waits."""
+
+    data_dir: Path
+    image_cache: Path
+    executor_source: Path
+    slot_dir: Path = Path("/var/lib/agent-sandbox/uid-slots")
+    criu_dir: Path | None = DEFAULT_CRIU_DIR  # where scripts/build-criu installs CRIU; None: files-only snapshots
+    start_timeout: float = 20.0
+    ports_timeout: float = 30.0  # how long start and restore wait for a template's ports to accept connections
+
+
+class LocalSandboxes:
+    """Starts, freezes, reaches and stops sandboxes made of bubblewrap, user namespaces, overlayfs and cgroups."""
+
+    def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
+        set_child_subreaper()
+        self._settings = settings
+        self._images = ImageStore(settings.image_cache, settings.executor_source)
+        self._cgroups = cgroup_root_for(parent_cgroup)
+        self._slots = SlotAllocator(settings.slot_dir)
+        self._sockets = NetnsSocketFactory()
+        self._seccomp = seccomp_filter()
+        ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
+        self._root = settings.data_dir / "sandboxes"
+        self._root.mkdir(parents=True, exist_ok=True)
+        # Running (or starting) sandboxes, and snapshotted ones. A sandbox is in at most one of the two; both
+        # are changed only on the event loop, by the transition methods below.
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._snapshots: dict[str, SnapshotInfo] = {}
+        self._on_exit: ExitListener | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # crash clean-ups in flight, kept referenced
+
+    @property
+    def images(self) -> ImageStore:
+        return self._images
+
+    def set_exit_listener(self, listener: ExitListener) -> None:
+        """`listener(sandbox_id)` is called when a sandbox's processes end without `stop` or `snapshot`."""
+        self._on_exit = listener
+
+    async def start(self, spec: SandboxSpec) -> None:
+        if spec.sandbox_id in self._sandboxes:
+            return
+        if spec.sandbox_id in self._snapshots:
+            raise RuntimeFailure(f"sandbox {spec.sandbox_id} is snapshotted: restore it instead")
+        try:
+            layers = self._images.layer_dirs(spec.template)
+        except ImageBuildError as exc:
+            raise RuntimeFailure(str(exc)) from exc
+        box = self._prepare(spec.sandbox_id, layers, spec.template.resources)
+        self._sandboxes[spec.sandbox_id] = box
+        try:
+            box.cgroup.create(spec.template.resources)
+            await self._launch(box, layers)
+            await self._bring_up(box, spec)
+        except BaseException:
+            await self.stop(spec.sandbox_id)
+            raise
+
+    def _prepare(self, sandbox_id: str, layers: list[Path], resources: Resources) -> Sandbox:
+        directory = self._root / sandbox_id
+        slot = self._slots.take(str(directory))
+        base = host_id_base(slot)
+        for sub in ("upper", "work", *(f"lower/{i}" for i in range(len(layers)))):
+            (directory / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("upper", "work"):
+            os.chown(directory / sub, base, base)
+        (directory / "slot").write_text(str(slot))
+        (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
+        (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
+        return Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
+
+    async def _launch(self, box: Sandbox, layers: list[Path]) -> None:
+        await launch(box, layers, seccomp=self._seccomp, within=self._settings.start_timeout)
+        self._adopt(box)
+
+    async def _bring_up(self, box: Sandbox, spec: SandboxSpec) -> None:
+        """/init, the template's start commands (their pids recorded for the census), its ports."""
+        connect = functools.partial(self.open_socket, spec.sandbox_id)
+        box.set_start_pids(await bring_up(connect, spec, ports_timeout=self._settings.ports_timeout))
+
+    def _adopt(self, box: Sandbox) -> None:
+        """Make a sandbox whose pid 1 runs (started, restored or re-found) reachable, and watch for its end."""
+        box.netns_fd = os.open(f"/proc/{box.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        (box.directory / "pid").write_text(str(box.pid))
+        self._watch_exit(box)
+
+    def _watch_exit(self, box: Sandbox) -> None:
+        loop = asyncio.get_running_loop()
+        pidfd = os.pidfd_open(box.pid)
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            # A restore still in progress (the sandbox is still snapshotted) fails and cleans up by itself,
+            # keeping the files; treating its end as a crash here would delete them.
+            if (
+                not box.stopping
+                and self._sandboxes.get(box.sandbox_id) is box
+                and box.sandbox_id not in self._snapshots
+            ):
+                task = loop.create_task(self._after_crash(box.sandbox_id))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+        loop.add_reader(pidfd, exited)
+
+    async def _after_crash(self, sandbox_id: str) -> None:
+        await self.stop(sandbox_id)
+        if self._on_exit is not None:
+            await self._on_exit(sandbox_id)
+
+    async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
+        box = self._sandboxes.pop(sandbox_id, None)
+        if box is None and keep_files and sandbox_id in self._snapshots:
+            return  # nothing runs, and the files are what it keeps
+        self._snapshots.pop(sandbox_id, None)
+        box = box or load_sandbox(self._root / sandbox_id, self._cgroups)
+        if box is None:
+            return
+        box.stopping = True
+        await asyncio.to_thread(self._teardown, box, keep_files)
+
+    def _teardown(self, box: Sandbox, keep_files: bool) -> None:
+        box.cgroup.kill_all()
+        if box.process is not None:
+            box.process.wait()
+        if box.netns_fd >= 0:
+            os.close(box.netns_fd)
+            box.netns_fd = -1
+        box.cgroup.remove()
+        base = host_id_base(box.slot)
+        reap_orphans(range(base, base + IDS_PER_SANDBOX))  # a restored pid 1 is our child, not the launcher's
+        (box.directory / "pid").unlink(missing_ok=True)
+        if not keep_files:
+            shutil.rmtree(box.directory, ignore_errors=True)
+            self._slots.release(box.slot)
+
+    def _running(self, sandbox_id: str) -> Sandbox:
+        box = self._sandboxes.get(sandbox_id)
+        if box is None or box.netns_fd < 0:
+            state = "snapshotted" if sandbox_id in self._snapshots else "not running"
+            raise SandboxGone(f"sandbox {sandbox_id} is {state}")
+        return box
+
+    async def freeze(self, sandbox_id: str) -> None:
+        self._running(sandbox_id).cgroup.freeze()
+
+    async def thaw(self, sandbox_id: str) -> None:
+        self._running(sandbox_id).cgroup.thaw()
+
+    def is_frozen(self, sandbox_id: str) -> bool:
+        return self._running(sandbox_id).cgroup.is_frozen()
+
+    async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
+        sock = self._sockets.socket_in(self._running(sandbox_id).netns_fd)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        except ConnectionRefusedError as exc:
+            sock.close()
+            raise PortClosed(f"nothing listens on port {port} in sandbox {sandbox_id}") from exc
+        except OSError as exc:
+            sock.close()
+            raise RuntimeFailure(f"cannot reach port {port} in sandbox {sandbox_id}: {exc}") from exc
+        return sock
+
+    def is_running(self, sandbox_id: str) -> bool:
+        box = self._sandboxes.get(sandbox_id)
+        return box is not None and box.netns_fd >= 0
+
+    def sandbox_ids(self) -> list[str]:
+        """Running sandboxes, oldest first."""
+        return list(self._sandboxes)
+
+    def host_pid(self, sandbox_id: str) -> int:
+        """The host pid of the sandbox's pid 1 (the executor)."""
+        return self._running(sandbox_id).pid
+
+    async def stats(self, sandbox_id: str) -> SandboxStats:
+        box = self._running(sandbox_id)
+        usage = box.cgroup.usage()
+        now = time.monotonic()
+        then, cpu_then = box.last_cpu
+        box.last_cpu = (now, usage.cpu_seconds)
+        res = box.resources
+        pct = 100.0 * (usage.cpu_seconds - cpu_then) / max(now - then, 1e-6) / res.cpu_count
+        disk = await asyncio.to_thread(tree_size, box.directory / "upper")
+        return SandboxStats(
+            cpu_count=res.cpu_count, cpu_used_pct=round(max(pct, 0.0), 2), cpu_seconds=usage.cpu_seconds,
+            mem_used=usage.mem_used, mem_total=res.memory_mb << 20, mem_cache=usage.mem_cache,
+            disk_used=disk, disk_total=res.disk_mb << 20,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Release host resources; the parent cgroup goes too once no sandbox is left in it."""
+        self._sockets.close()
+        for root in set(self._cgroups.values()):
+            with contextlib.suppress(OSError):
+                root.rmdir()

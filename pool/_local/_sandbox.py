@@ -1,0 +1,121 @@
+"""One sandbox of the local runtime: its in-memory record and the files that describe it in its directory.
+
+`<data_dir>/sandboxes/<id>/` holds everything a restarted server needs to find the sandbox again:
+
+    slot             its uid range (`_userns`), taken from the machine-wide `SlotAllocator`
+    resources.json   the limits its cgroups get
+    layers.json      the exact template layers under its overlay, pinned at start: a snapshot must come back
+                     over the files its processes had open, whatever the template has become since
+    upper/, work/    the overlay's writable layer: the sandbox's own files (this is the filesystem snapshot)
+    pid              host pid of its pid 1 (the executor) while it runs
+    start-pids.json  pids inside of the template's start commands, to tell them from the user's processes
+    snapshot.json    present while snapshotted (written before a snapshot begins, removed once a restore is
+                     complete): its `SnapshotInfo`
+    checkpoint/      CRIU's memory image while snapshotted with kind "criu"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import msgspec
+
+from pool._local._cgroups import SandboxCgroup
+from pool._runtime import SnapshotInfo
+from pool._templates import Resources
+
+__all__ = ["Sandbox", "load_sandbox", "tree_size"]
+
+
+class Sandbox:
+    """A sandbox the runtime knows. Owned by the event loop thread; `netns_fd` is closed when it stops."""
+
+    __slots__ = (
+        "cgroup", "directory", "last_cpu", "netns_fd", "pid", "process", "resources", "slot", "stopping",
+    )  # fmt: skip
+
+    def __init__(self, directory: Path, slot: int, cgroup: SandboxCgroup, resources: Resources) -> None:
+        self.directory = directory
+        self.resources = resources
+        self.slot = slot
+        self.cgroup = cgroup
+        self.process: subprocess.Popen[bytes] | None = None  # the launcher we forked; None once restored
+        self.pid = 0
+        self.netns_fd = -1
+        self.stopping = False  # set before every deliberate end, so the exit watcher does not call it a crash
+        self.last_cpu = (time.monotonic(), 0.0)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.directory.name
+
+    def layers(self) -> list[Path]:
+        return [Path(p) for p in msgspec.json.decode((self.directory / "layers.json").read_bytes(), type=list[str])]
+
+    def recorded_pid(self) -> int:
+        return _read_int(self.directory / "pid")
+
+    def start_pids(self) -> list[int]:
+        try:
+            return msgspec.json.decode((self.directory / "start-pids.json").read_bytes(), type=list[int])
+        except (OSError, msgspec.DecodeError):
+            return []
+
+    def set_start_pids(self, pids: list[int]) -> None:
+        (self.directory / "start-pids.json").write_bytes(msgspec.json.encode(pids))  # tiny: fine on the loop
+
+    def snapshot_info(self) -> SnapshotInfo | None:
+        try:
+            return msgspec.json.decode((self.directory / "snapshot.json").read_bytes(), type=SnapshotInfo)
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    def set_snapshot_info(self, info: SnapshotInfo | None) -> None:
+        """Record (None: forget) that the sandbox is snapshotted, atomically and durably."""
+        path = self.directory / "snapshot.json"
+        if info is None:
+            path.unlink(missing_ok=True)
+        else:
+            _write_atomically(path, msgspec.json.encode(info))
+
+
+def load_sandbox(directory: Path, cgroup_roots: dict[str, Path]) -> Sandbox | None:
+    """The sandbox recorded in `directory`, or None when it died before its slot was recorded."""
+    slot = _read_int(directory / "slot")
+    if not slot:
+        return None
+    try:
+        resources = msgspec.json.decode((directory / "resources.json").read_bytes(), type=Resources)
+    except (OSError, msgspec.DecodeError):
+        resources = Resources()
+    return Sandbox(directory, slot, SandboxCgroup(cgroup_roots, directory.name), resources)
+
+
+def tree_size(root: Path) -> int:
+    """Bytes on disk under `root` (blocking)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    temporary.rename(path)
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return 0
