@@ -7,13 +7,15 @@ ActivatorError                 500  base class
 ├── TemplateNotFound           404  the request names no template we have (in `_catalog`)
 ├── SandboxConflict            409  the transition is not allowed in the current state
 ├── HoldQueueFull              503  too many requests are already held for sandboxes
-└── HoldTimeout                504  the sandbox did not become ready before the hold deadline
+├── HoldTimeout                504  the sandbox did not become ready before the hold deadline
+└── ClientGone                 499  the client disconnected while its request was held (nobody reads the answer)
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ActivatorError",
+    "ClientGone",
     "HoldQueueFull",
     "HoldTimeout",
     "InvalidRequest",
@@ -67,3 +69,9 @@ class HoldTimeout(ActivatorError):
     """The sandbox did not become ready within the hold deadline."""
 
     status_code = 504
+
+
+class ClientGone(ActivatorError):
+    """The client disconnected while its request was held; the request is dropped, never proxied."""
+
+    status_code = 499  # nginx's "client closed request": only logs and metrics ever see it

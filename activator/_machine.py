@@ -1,9 +1,12 @@
 """Carries out the plans of `_transitions`: one transition at a time per sandbox, stored before acknowledged.
 
 Order inside a transition: plan -> store the new record -> runtime action -> update the in-memory route cache.
-Storing the intent first means a crash mid-transition leaves a record that `recover` can finish (`Reassert`
-freezes a record stored as paused, thaws one stored as running, kills one whose processes are gone). When the
-runtime action fails, the previous record is stored again and the error goes to the caller.
+Storing the intent first means a crash mid-transition leaves a record that `recover` can finish or undo
+(`Reassert`, given what the runtime found: processes alive, a snapshot on disk, or neither). When the runtime
+action fails, the previous record is stored again and the error goes to the caller.
+
+Every transition that changes the state writes one structured line to the `activator` logger:
+`sandbox=<id> transition=<from>-><to> reason=<token> ms=<runtime action time>` (plus `kind=` for snapshots).
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ from activator._errors import ActivatorError
 from activator._logs import LogLevel, LogLine, SandboxLogs
 from activator._records import SandboxRecord, SandboxState
 from activator._store import Store
-from activator._transitions import Intent, Kill, Reassert, Step, plan
+from activator._telemetry import Telemetry
+from activator._transitions import Intent, Reassert, Step, plan
 from pool import ExecutorInit, PoolError, Runtime, SandboxSpec
 
-__all__ = ["SandboxMachine", "runtime_call"]
+__all__ = ["Guard", "SandboxMachine", "runtime_call"]
 
 T = TypeVar("T")
+Guard = Callable[[], bool]  # checked under the sandbox's lock just before a transition; False skips it
 _log = logging.getLogger("activator")
+_RUNNING = SandboxState.RUNNING
 
 
 class SandboxMachine:
@@ -40,6 +46,7 @@ class SandboxMachine:
         runtime: Runtime,
         catalog: TemplateCatalog,
         logs: SandboxLogs,
+        telemetry: Telemetry,
         *,
         clock: Callable[[], float] = time.time,
         on_halt: Callable[[str], None] | None = None,
@@ -48,11 +55,15 @@ class SandboxMachine:
         self._runtime = runtime
         self._catalog = catalog
         self._logs = logs
+        self._telemetry = telemetry
         self._clock = clock
         self._on_halt = on_halt
         # The route cache: id -> current record of every sandbox that is not killed. Written only by `apply`
         # (under that sandbox's lock) and `recover`, so a reader on the event loop sees whole transitions.
         self._live: dict[str, SandboxRecord] = {}
+        # Ids whose transition away from running is under way (between its guard and its end). The opener holds
+        # new connections to these instead of connecting to processes about to freeze or vanish.
+        self._leaving: set[str] = set()
         # One lock per sandbox id, guarding the plan -> store -> act -> cache sequence of its transitions. Weak
         # values: a lock disappears once no transition holds or awaits it, so the dict stays as small as the work.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -62,29 +73,55 @@ class SandboxMachine:
         """The current record of every sandbox that is not killed (read-only view of the route cache)."""
         return self._live
 
-    async def apply(self, sandbox_id: str, intent: Intent) -> Step:
-        """Carry out `intent` on the sandbox; returns what was done. Raises what `plan` or the runtime raise."""
+    def leaving(self, sandbox_id: str) -> bool:
+        """Whether a transition is taking the sandbox away from running right now."""
+        return sandbox_id in self._leaving
+
+    async def apply(self, sandbox_id: str, intent: Intent, *, guard: Guard | None = None) -> Step:
+        """Carry out `intent` on the sandbox; returns what was done. Raises what `plan` or the runtime raise.
+
+        `guard` runs under the lock, after the sandbox is marked leaving and before anything is stored; when
+        it says False the transition is skipped (the idle policy uses it to back off when traffic came).
+        """
         async with self._lock(sandbox_id):
             before = self._live.get(sandbox_id)
             step = plan(before, intent, self._clock())
             if step.action is None and step.record == before:
                 return step
-            await self._store.put(step.record)
-            if step.action is not None:
-                await self._act_or_undo(before, step)
-            self._remember(step)
-            return step
+            leaving = before is not None and before.state is _RUNNING and step.record.state is not _RUNNING
+            if leaving:
+                self._leaving.add(sandbox_id)
+            try:
+                if guard is not None and not guard():
+                    return Step(before, None, None, before) if before else step
+                return await self._carry_out(step, intent)
+            finally:
+                self._leaving.discard(sandbox_id)
+
+    async def _carry_out(self, step: Step, intent: Intent) -> Step:
+        await self._store.put(step.record)
+        seconds = 0.0
+        if step.action is not None:
+            if step.record.state is not _RUNNING and self._on_halt is not None:
+                self._on_halt(step.record.id)  # idle upstream connections go before the processes do
+            began = time.perf_counter()
+            step = await self._act_or_undo(step)
+            seconds = time.perf_counter() - began
+        self._remember(step)
+        self._report(step, intent, seconds)
+        return step
 
     async def recover(self) -> None:
         """After a restart: load the stored live records and reconcile them with the runtime's sandboxes."""
         alive = await runtime_call("recover its sandboxes", self._runtime.recover())
+        snapshotted = self._runtime.snapshotted_ids()
         records = await self._store.live()
         self._live.update((record.id, record) for record in records)
         for record in records:
-            intent = Reassert() if record.id in alive else Kill("its processes were gone after a restart")
-            await self._recover_one(record.id, self.apply(record.id, intent))
-        for orphan in alive - self._live.keys():
-            _log.warning("sandbox %s: stopping its processes, which have no record", orphan)
+            facts = Reassert(alive=record.id in alive, snapshotted=record.id in snapshotted)
+            await self._recover_one(record.id, self.apply(record.id, facts))
+        for orphan in (alive | snapshotted) - self._live.keys():
+            _log.warning("sandbox %s: removing it from the runtime, it has no record", orphan)
             await self._recover_one(orphan, runtime_call(f"stop sandbox {orphan}", self._runtime.stop(orphan)))
 
     @staticmethod
@@ -101,33 +138,41 @@ class SandboxMachine:
             lock = self._locks[sandbox_id] = asyncio.Lock()
         return lock
 
-    async def _act_or_undo(self, before: SandboxRecord | None, step: Step) -> None:
+    async def _act_or_undo(self, step: Step) -> Step:
         try:
-            await self._act(step)
+            return await self._act(step)
         except Exception as exc:  # undo for any failure, then let it go on to the caller unchanged
-            await self._store.put(before or replace(step.record, state=SandboxState.KILLED))
+            await self._store.put(step.before or replace(step.record, state=SandboxState.KILLED))
             self._log(step.record.id, "error", str(exc))
             raise
 
-    async def _act(self, step: Step) -> None:
-        sandbox_id = step.record.id
+    async def _act(self, step: Step) -> Step:
+        """Run the step's runtime action; a snapshot's kind goes into the record (stored once more)."""
+        record = step.record
         match step.action:
             case "start":
-                work = self._runtime.start(self._spec(step.record))
+                await runtime_call(f"start sandbox {record.id}", self._runtime.start(self.spec_for(record)))
+            case "restore":
+                await runtime_call(f"restore sandbox {record.id}", self._runtime.restore(self.spec_for(record)))
+            case "snapshot":
+                info = await runtime_call(f"snapshot sandbox {record.id}", self._runtime.snapshot(record.id))
+                self._telemetry.snapshot_bytes[info.kind] += info.image_bytes
+                step = step._replace(record=replace(record, snapshot_kind=info.kind))
+                await self._store.put(step.record)
             case "stop":
-                work = self._runtime.stop(sandbox_id)
+                await runtime_call(f"stop sandbox {record.id}", self._runtime.stop(record.id))
             case "freeze":
-                work = self._runtime.freeze(sandbox_id)
+                await runtime_call(f"freeze sandbox {record.id}", self._runtime.freeze(record.id))
             case "thaw":
-                work = self._runtime.thaw(sandbox_id)
-            case None:
-                return
-        await runtime_call(f"{step.action} sandbox {sandbox_id}", work)
+                await runtime_call(f"thaw sandbox {record.id}", self._runtime.thaw(record.id))
+        return step
 
-    def _spec(self, record: SandboxRecord) -> SandboxSpec:
+    def spec_for(self, record: SandboxRecord) -> SandboxSpec:
+        """What the runtime starts or restores the sandbox of `record` from; the caller's env vars win over the
+        template's."""
         template = self._catalog.templates[record.template]
         init = ExecutorInit(
-            env_vars=record.env_vars,
+            env_vars={**template.env, **record.env_vars},
             access_token=record.access_token,
             default_user=template.user,
             default_workdir=template.workdir,
@@ -143,11 +188,42 @@ class SandboxMachine:
             self._logs.drop(record.id)
         else:
             self._live[record.id] = record
-        if record.state is not SandboxState.RUNNING and step.action is not None and self._on_halt:
-            self._on_halt(record.id)
+
+    def _report(self, step: Step, intent: Intent, seconds: float) -> None:
+        """The structured log line and the counters of one transition that did something."""
+        before, after = step.before, step.record
+        source = before.state.value if before else "none"
+        kind = _kind(step)
+        if step.action is not None:
+            operation = _OPERATIONS.get(step.action)
+            if operation is not None:
+                self._telemetry.observe(operation, kind, seconds)
+        if source == after.state.value:
+            return
+        self._telemetry.transitions[(source, after.state.value)] += 1
+        extra = f" kind={kind}" if step.action in ("snapshot", "restore") else ""
+        _log.info(
+            "sandbox=%s transition=%s->%s reason=%s ms=%.1f%s",
+            after.id, source, after.state.value, intent.reason, seconds * 1000, extra,
+        )  # fmt: skip
 
     def _log(self, sandbox_id: str, level: LogLevel, message: str) -> None:
         self._logs.add(sandbox_id, LogLine(self._clock(), level, message))
+
+
+_OPERATIONS = {"start": "cold_start", "thaw": "resume", "restore": "resume", "freeze": "pause", "snapshot": "snapshot"}
+
+
+def _kind(step: Step) -> str:
+    """The label of the step's latency: what was resumed from, or what a snapshot kept."""
+    match step.action:
+        case "thaw" | "freeze":
+            return "frozen"
+        case "restore":
+            return (step.before.snapshot_kind if step.before else None) or "unknown"
+        case "snapshot":
+            return step.record.snapshot_kind or "unknown"
+    return "cold" if step.action == "start" else ""
 
 
 async def runtime_call(what: str, work: Awaitable[T]) -> T:

@@ -20,6 +20,7 @@ __all__ = [
     "PauseReason",
     "SandboxRecord",
     "SandboxState",
+    "SnapshotKind",
     "new_access_token",
     "new_sandbox_id",
 ]
@@ -27,16 +28,17 @@ __all__ = [
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 _ID_LENGTH = 20
 
-PauseReason = Literal["api", "timeout", "idle"]
+PauseReason = Literal["api", "timeout", "idle"]  # idle: the idle policy's, invisible on the E2B API
+SnapshotKind = Literal["criu", "filesystem"]  # what the runtime's snapshot kept (pool.SnapshotKind)
 
 
 class SandboxState(enum.StrEnum):
     """Where a sandbox is in its lifecycle (the design's state diagram)."""
 
     RUNNING = "running"  # processes run; the TTL counts down from `end_at`
-    PAUSED = "paused"  # processes frozen, memory kept; the TTL is stopped, `remaining` holds what is left of it
+    PAUSED = "paused"  # processes frozen, memory kept (0 CPU)
+    SNAPSHOTTED = "snapshotted"  # no process, no memory: the files on disk (and a CRIU image, when there is one)
     KILLED = "killed"  # processes gone for good; the record stays until the reaper purges it
-    # SNAPSHOTTED will join here: processes gone, filesystem kept; like PAUSED for the TTL and on the wire.
 
 
 class Lifecycle(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,8 +60,12 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     started_at: float  # unix seconds of the create or of the last resume
     end_at: float  # unix seconds of the deadline while running; the kill time once killed
     timeout: float  # the TTL asked for at create, granted again when traffic auto-resumes it
-    remaining: float = 0.0  # seconds of TTL left, kept while paused so that paused time does not count
-    pause_reason: PauseReason | None = None
+    # Paused or snapshotted by the user (E2B pause, or a timeout with on_timeout=pause): the TTL is stopped and
+    # `remaining` holds what was left of it. By the idle policy: the TTL keeps running from `end_at`, as if the
+    # sandbox were running (which is what the E2B API reports).
+    remaining: float = 0.0
+    pause_reason: PauseReason | None = None  # None while running
+    snapshot_kind: SnapshotKind | None = None  # set once a snapshot finished, while snapshotted
     metadata: dict[str, str] = {}
     env_vars: dict[str, str] = {}
     access_token: str | None = None  # envd's X-Access-Token; None means envd accepts any caller
@@ -72,6 +78,23 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     client_id: str = ""
     envd_version: str = "0.5.7"
     domain: str | None = None  # the sandbox hostnames' domain, `<port>-<id>.<domain>`, told to the SDKs
+
+    @property
+    def user_paused(self) -> bool:
+        """Paused or snapshotted by the user or by its timeout, not by the idle policy: E2B reports it `paused`."""
+        return self.state is not SandboxState.RUNNING and self.pause_reason != "idle"
+
+    @property
+    def reported_state(self) -> SandboxState:
+        """What the E2B API reports: an idle pause is transparent, so the sandbox still reads as running."""
+        if self.state is SandboxState.KILLED:
+            return self.state
+        return SandboxState.PAUSED if self.user_paused else SandboxState.RUNNING
+
+    @property
+    def wakes_on_traffic(self) -> bool:
+        """Whether a data-plane request may resume it: always after an idle pause, else only with auto-resume."""
+        return self.state is SandboxState.RUNNING or self.pause_reason == "idle" or self.lifecycle.auto_resume
 
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,7 +24,11 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     reap_interval: _Positive = 1.0  # seconds between two passes of the timeout / idle reaper
     killed_retention: Annotated[float, msgspec.Meta(ge=0)] = 3600.0  # seconds a killed record stays in the store
     hold_deadline: _Positive = 60.0  # seconds a data-plane request may wait for its sandbox to resume
-    max_held: Annotated[int, msgspec.Meta(ge=1)] = 1000  # data-plane requests waiting at once, over all sandboxes
+    max_held: Annotated[int, msgspec.Meta(ge=1)] = 10_000  # data-plane requests waiting at once, all sandboxes
+    # The idle policy, for every template: seconds without traffic before a sandbox is frozen / snapshotted.
+    # None keeps each template's own `pause_after` / `snapshot_after`; 0 turns that step off.
+    pause_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    snapshot_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
     log_lines: Annotated[int, msgspec.Meta(ge=1)] = 500  # lifecycle log lines kept per sandbox
     envd_version: str = "0.5.7"  # reported to SDKs, which gate features on it
     domain: str | None = None  # where sandbox ports are served, `<port>-<id>.<domain>`; reported to SDKs

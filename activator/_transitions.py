@@ -4,14 +4,26 @@ Intents are a tagged union; `plan` decides the new record and the one runtime ac
 `ActivatorError` the client gets. It does no I/O, so every rule here is unit-tested without a runtime; the
 machine (`_machine`) carries plans out, one at a time per sandbox.
 
-    intent       running                          paused                          killed / none
-    Start        (no change: already started)     (no change)                     start
-    Kill         stop -> killed                   stop -> killed                  SandboxNotFound
-    Pause        freeze -> paused                 SandboxConflict                 SandboxNotFound
-    Resume       extend TTL (or SandboxConflict)  thaw -> running                 SandboxNotFound
-    SetTimeout   set / extend TTL                 set / extend remaining TTL      SandboxNotFound
-    Expire       kill or pause, once past end_at  (no change: paused time is free) SandboxNotFound
-    Reassert     thaw (after a restart)           freeze (after a restart)        SandboxNotFound
+States: running, paused (frozen), snapshotted (no process), killed. A paused or snapshotted sandbox has a
+reason: `idle` (the idle policy: transparent, the E2B API still says running, its TTL keeps running) or
+`api` / `timeout` ("user-paused": E2B says paused, its TTL is stopped and kept in `remaining`).
+
+    intent        running                  paused (idle)           snapshotted (idle)      user-paused
+    Start         (no change)              (no change)             (no change)             (no change)
+    Kill          stop                     stop                    stop                    stop
+    Pause (E2B)   snapshot -> user-paused  snapshot -> user-paused record only             SandboxConflict
+    IdleFreeze    freeze -> paused (idle)  (no change)             (no change)             (no change)
+    IdleSnapshot  snapshot                 snapshot                (no change)             (no change)
+    Resume        extend TTL (v1: 409)     thaw, extend TTL (v1: 409) restore, ditto       thaw / restore
+    Wake          (no change)              thaw                    restore                 auto-resume: thaw /
+                                                                                           restore; else NotFound
+    SetTimeout    end_at                   end_at                  end_at                  remaining
+    Expire        kill, or Pause(timeout)  kill, or Pause(timeout) kill, or Pause(timeout) (no change)
+    Reassert      per the runtime's facts after a restart, see `_reassert`
+
+A killed or unknown sandbox is SandboxNotFound for every intent but Start. Expire acts only once `end_at`
+has passed; Resume grants `max(remaining, timeout)` to a user-paused sandbox and `max(end_at, now + timeout)`
+to any other; Wake keeps the TTL of an idle-paused sandbox as it was (traffic does not lengthen it).
 """
 
 from __future__ import annotations
@@ -22,11 +34,13 @@ import msgspec
 from msgspec.structs import replace
 
 from activator._errors import SandboxConflict, SandboxNotFound
-from activator._records import PauseReason, SandboxRecord, SandboxState
+from activator._records import SandboxRecord, SandboxState
 
 __all__ = [
     "Action",
     "Expire",
+    "IdleFreeze",
+    "IdleSnapshot",
     "Intent",
     "Kill",
     "Pause",
@@ -35,35 +49,62 @@ __all__ = [
     "SetTimeout",
     "Start",
     "Step",
+    "Wake",
     "plan",
 ]
 
-Action = Literal["start", "stop", "freeze", "thaw"]
+Action = Literal["start", "stop", "freeze", "thaw", "snapshot", "restore"]
+_RUNNING, _PAUSED, _SNAPSHOTTED, _KILLED = (
+    SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.SNAPSHOTTED, SandboxState.KILLED,
+)  # fmt: skip
+
+# What a sandbox whose processes survived a restart needs, by its recorded state (snapshotted: finish the dump).
+_REASSERT_ALIVE: dict[SandboxState, Action] = {_RUNNING: "thaw", _PAUSED: "freeze", _SNAPSHOTTED: "snapshot"}
 
 
 class Start(msgspec.Struct, frozen=True, tag=True):
     """Create: start a sandbox for this new record."""
 
     record: SandboxRecord
+    reason = "create"
 
 
 class Kill(msgspec.Struct, frozen=True, tag=True):
-    """Stop the sandbox for good."""
+    """Stop the sandbox for good; `reason` is a token for logs (`request`, `exited`, `timeout`, ...)."""
 
-    reason: str = "killed on request"
+    reason: str = "request"
 
 
 class Pause(msgspec.Struct, frozen=True, tag=True):
-    """Freeze the sandbox and stop its TTL."""
+    """E2B's pause: snapshot the sandbox and stop its TTL."""
 
-    reason: PauseReason = "api"
+    reason = "api"
+
+
+class IdleFreeze(msgspec.Struct, frozen=True, tag=True):
+    """The idle policy: freeze a running sandbox (transparently; its TTL keeps running)."""
+
+    reason = "idle"
+
+
+class IdleSnapshot(msgspec.Struct, frozen=True, tag=True):
+    """The idle policy: scale a running or idle-paused sandbox to zero (transparently)."""
+
+    reason = "idle"
 
 
 class Resume(msgspec.Struct, frozen=True, tag=True):
-    """Thaw a paused sandbox with a TTL of at least `timeout`; on a running one, extend the TTL to `timeout`."""
+    """Connect / resume: bring the sandbox back to running with a TTL of at least `timeout` seconds."""
 
     timeout: float
-    only_if_paused: bool = False  # E2B's v1 resume answers 409 for a running sandbox; connect does not
+    only_if_paused: bool = False  # E2B's v1 resume answers 409 for a sandbox it reports running; connect does not
+    reason = "connect"
+
+
+class Wake(msgspec.Struct, frozen=True, tag=True):
+    """Data-plane traffic arrived: resume the sandbox if traffic may wake it."""
+
+    reason = "traffic"
 
 
 class SetTimeout(msgspec.Struct, frozen=True, tag=True):
@@ -71,17 +112,24 @@ class SetTimeout(msgspec.Struct, frozen=True, tag=True):
 
     timeout: float
     extend_only: bool = False
+    reason = "set-timeout"
 
 
 class Expire(msgspec.Struct, frozen=True, tag=True):
     """The reaper saw the deadline pass: kill, or pause per `lifecycle.on_timeout`, if it still has passed."""
 
+    reason = "timeout"
+
 
 class Reassert(msgspec.Struct, frozen=True, tag=True):
-    """After a restart, make the processes match the record again (finishing a pause or resume cut short)."""
+    """After a restart: make record and runtime agree, given whether its processes run and whether it has a snapshot."""
+
+    alive: bool
+    snapshotted: bool
+    reason = "recover"
 
 
-Intent = Start | Kill | Pause | Resume | SetTimeout | Expire | Reassert
+Intent = Start | Kill | Pause | IdleFreeze | IdleSnapshot | Resume | Wake | SetTimeout | Expire | Reassert
 
 
 class Step(NamedTuple):
@@ -90,60 +138,126 @@ class Step(NamedTuple):
     record: SandboxRecord
     action: Action | None
     log: str | None  # the lifecycle log line, when something happened worth one
+    before: SandboxRecord | None = None  # the record the plan started from
 
 
 def plan(record: SandboxRecord | None, intent: Intent, now: float) -> Step:
     """What `intent` does to the sandbox whose current record is `record` (None: no such sandbox)."""
     if isinstance(intent, Start):
         new = intent.record
-        return Step(record, None, None) if record else Step(new, "start", f"created from template {new.template}")
-    if record is None or record.state is SandboxState.KILLED:
+        return _same(record) if record else Step(new, "start", f"created from template {new.template}")
+    if record is None or record.state is _KILLED:
         raise SandboxNotFound("sandbox doesn't exist or you don't have access to it")
+    step = _plan_live(record, intent, now)
+    return step._replace(before=record)
+
+
+def _plan_live(record: SandboxRecord, intent: Intent, now: float) -> Step:
     match intent:
         case Kill(reason=reason):
-            return Step(replace(record, state=SandboxState.KILLED, end_at=now), "stop", reason)
-        case Pause(reason=reason):
-            return _pause(record, reason, now)
+            return _kill(record, now, f"killed ({reason})")
+        case Pause():
+            return _pause(record, "api", now)
+        case IdleFreeze():
+            return _idle_freeze(record)
+        case IdleSnapshot():
+            return _idle_snapshot(record)
         case Resume(timeout=timeout, only_if_paused=only_if_paused):
             return _resume(record, timeout, only_if_paused, now)
+        case Wake():
+            return _wake(record, now)
         case SetTimeout(timeout=timeout, extend_only=extend_only):
             return Step(_with_ttl(record, timeout, extend_only, now), None, None)
         case Expire():
             return _expire(record, now)
-        case Reassert():
-            return Step(record, "freeze" if record.state is SandboxState.PAUSED else "thaw", None)
+        case Reassert(alive=alive, snapshotted=snapshotted):
+            return _reassert(record, alive, snapshotted, now)
     raise AssertionError(f"unhandled intent {intent!r}")  # pragma: no cover - the match is exhaustive
 
 
-def _pause(record: SandboxRecord, reason: PauseReason, now: float) -> Step:
-    if record.state is SandboxState.PAUSED:
+def _same(record: SandboxRecord) -> Step:
+    return Step(record, None, None)
+
+
+def _kill(record: SandboxRecord, now: float, log: str) -> Step:
+    return Step(replace(record, state=_KILLED, end_at=now), "stop", log)
+
+
+def _pause(record: SandboxRecord, reason: Literal["api", "timeout"], now: float) -> Step:
+    if record.user_paused:
         raise SandboxConflict(f"sandbox {record.id} is already paused")
-    paused = replace(record, state=SandboxState.PAUSED, remaining=max(0.0, record.end_at - now), pause_reason=reason)
-    return Step(paused, "freeze", f"paused ({reason})")
+    paused = replace(record, state=_SNAPSHOTTED, remaining=max(0.0, record.end_at - now), pause_reason=reason)
+    if record.state is _SNAPSHOTTED:  # scaled to zero by the idle policy already: only its reason changes
+        return Step(paused, None, f"paused ({reason})")
+    return Step(paused, "snapshot", f"paused ({reason})")
+
+
+def _idle_freeze(record: SandboxRecord) -> Step:
+    if record.state is not _RUNNING:
+        return _same(record)
+    return Step(replace(record, state=_PAUSED, pause_reason="idle"), "freeze", "paused (idle)")
+
+
+def _idle_snapshot(record: SandboxRecord) -> Step:
+    if record.user_paused or record.state is _SNAPSHOTTED:
+        return _same(record)
+    return Step(replace(record, state=_SNAPSHOTTED, pause_reason="idle"), "snapshot", "snapshotted (idle)")
 
 
 def _resume(record: SandboxRecord, timeout: float, only_if_paused: bool, now: float) -> Step:
-    if record.state is SandboxState.RUNNING:
-        if only_if_paused:
-            raise SandboxConflict(f"sandbox {record.id} is already running")
-        return Step(_with_ttl(record, timeout, True, now), None, None)
-    ttl = max(record.remaining, timeout)
+    if record.user_paused:
+        ttl = max(record.remaining, timeout)
+        return _run(record, f"resumed with {ttl:.0f} s to live", end_at=now + ttl, started_at=now)
+    if only_if_paused:
+        raise SandboxConflict(f"sandbox {record.id} is already running")
+    end_at = max(record.end_at, now + timeout)
+    if record.state is _RUNNING:
+        return Step(replace(record, end_at=end_at), None, None)
+    return _run(record, "woken by connect", end_at=end_at, started_at=record.started_at)
+
+
+def _wake(record: SandboxRecord, now: float) -> Step:
+    if record.state is _RUNNING:
+        return _same(record)
+    if not record.user_paused:
+        return _run(record, "woken by traffic", end_at=record.end_at, started_at=record.started_at)
+    if not record.lifecycle.auto_resume:
+        raise SandboxNotFound(f"The sandbox was not found: {record.id} is paused and does not auto-resume")
+    ttl = max(record.remaining, record.timeout)
+    return _run(record, f"auto-resumed with {ttl:.0f} s to live", end_at=now + ttl, started_at=now)
+
+
+def _run(record: SandboxRecord, log: str, *, end_at: float, started_at: float) -> Step:
+    action: Action = "thaw" if record.state is _PAUSED else "restore"
     running = replace(
-        record, state=SandboxState.RUNNING, started_at=now, end_at=now + ttl, remaining=0.0, pause_reason=None
-    )
-    return Step(running, "thaw", f"resumed with {ttl:.0f} s to live")
+        record, state=_RUNNING, started_at=started_at, end_at=end_at, remaining=0.0, pause_reason=None,
+        snapshot_kind=None,
+    )  # fmt: skip
+    return Step(running, action, log)
 
 
 def _expire(record: SandboxRecord, now: float) -> Step:
-    if record.state is not SandboxState.RUNNING or record.end_at > now:
-        return Step(record, None, None)
+    if record.user_paused or record.end_at > now:
+        return _same(record)
     if record.lifecycle.on_timeout == "pause":
         return _pause(record, "timeout", now)
-    return Step(replace(record, state=SandboxState.KILLED, end_at=now), "stop", "killed: its timeout passed")
+    return _kill(record, now, "killed: its timeout passed")
+
+
+def _reassert(record: SandboxRecord, alive: bool, snapshotted: bool, now: float) -> Step:
+    """Finish or undo what a crash cut short: the record was stored before its runtime action ran."""
+    state = record.state
+    if alive:  # processes exist: make them frozen or thawed per the record, or finish a snapshot
+        return Step(record, _REASSERT_ALIVE[state], None)
+    if snapshotted:  # no processes but an image: resumable
+        if state is _RUNNING:
+            return Step(record, "restore", None)  # a restore was cut short: finish it
+        return Step(replace(record, state=_SNAPSHOTTED), None, None)
+    return _kill(record, now, "killed: its processes were gone after a restart")
 
 
 def _with_ttl(record: SandboxRecord, timeout: float, extend_only: bool, now: float) -> SandboxRecord:
-    if record.state is SandboxState.PAUSED:
+    if record.user_paused:
         remaining = max(record.remaining, timeout) if extend_only else timeout
         return replace(record, remaining=remaining)
     end_at = max(record.end_at, now + timeout) if extend_only else now + timeout

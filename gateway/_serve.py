@@ -11,7 +11,7 @@ import uvloop
 
 from activator import ApiKeys, Store
 from gateway._app import create_app
-from gateway._dataplane import DataPlane
+from gateway._client_watch import ClientWatch
 from gateway._platform import open_platform
 from gateway._settings import ServeSettings
 
@@ -65,7 +65,7 @@ def cleanup(settings: ServeSettings) -> None:
     uvloop.run(_cleanup(settings))
 
 
-def _config(settings: ServeSettings, app: DataPlane) -> uvicorn.Config:
+def _config(settings: ServeSettings, app: ClientWatch) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=settings.host,

@@ -25,6 +25,12 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     tls_cert: Path | None = None  # serve HTTPS with this certificate chain (e.g. a wildcard for *.<domain>)
     tls_key: Path | None = None
     log_level: str = "info"
+    # The idle policy for every template, in seconds without traffic (None: each template's own; 0: never).
+    pause_after: float | None = None  # then frozen: memory kept, 0 CPU, woken in about a millisecond
+    snapshot_after: float | None = None  # then scaled to zero: only disk kept (only when nothing would be lost)
+    max_held: int = 10_000  # requests held for waking sandboxes at once, in total; past it 503 + Retry-After
+    hold_deadline: float = 60.0  # seconds a held request waits for its sandbox; past it 504
+    warm: dict[str, int] = {}  # ready sandboxes kept per template, over the templates' own `warm`
 
     @property
     def cgroup_name(self) -> str:

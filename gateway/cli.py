@@ -20,6 +20,18 @@ def _env_default(name: str, default: object) -> object:
     return default if value is None else value
 
 
+def _warm_target(text: str) -> tuple[str, int]:
+    name, equals, count = text.partition("=")
+    if not equals or not name or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"expected TEMPLATE=N, not {text!r}")
+    return name, int(count)
+
+
+def _env_warm() -> list[tuple[str, int]]:
+    value = os.environ.get(_ENV_PREFIX + "WARM", "")
+    return [_warm_target(item) for item in value.split(",") if item]
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     defaults = ServeSettings()
     parser.add_argument(
@@ -61,6 +73,26 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("--tls-key", type=Path, default=_env_default("tls_key", None), help="its PEM private key")
     serve.add_argument("--log-level", default=_env_default("log_level", defaults.log_level), help="default %(default)s")
+    serve.add_argument(
+        "--pause-after", type=float, default=_env_default("pause_after", None), metavar="S",
+        help="freeze sandboxes idle for S seconds, whatever their template says (0: never)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--snapshot-after", type=float, default=_env_default("snapshot_after", None), metavar="S",
+        help="snapshot sandboxes idle for S seconds to zero, whatever their template says (0: never)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-held", type=int, default=_env_default("max_held", defaults.max_held),
+        help="requests held at once for waking sandboxes; past it 503 + Retry-After (default %(default)s)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--warm", type=_warm_target, action="append", default=_env_warm(), metavar="TEMPLATE=N",
+        help="keep N started sandboxes of TEMPLATE ready for creates (repeatable; env AGENT_SANDBOX_WARM=a=1,b=2)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--hold-deadline", type=float, default=_env_default("hold_deadline", defaults.hold_deadline),
+        help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)",
+    )  # fmt: skip
 
     keys = commands.add_parser("keys", help="create, list and revoke API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
@@ -76,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
         "cleanup", help="kill every sandbox of a data directory (sandboxes outlive the server; run it stopped)"
     )
     _add_common(cleanup)
+
+    _add_common(commands.add_parser("doctor", help="check that this machine can run sandboxes, and how"))
 
     images = commands.add_parser("images", help="build template layers")
     image_commands = images.add_subparsers(dest="images_command", required=True)
@@ -100,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     image_cache=Path(args.image_cache), templates=Path(args.templates),
                     api_key=os.environ.get("AGENT_SANDBOX_API_KEY") or None, log_level=args.log_level,
                     tls_cert=args.tls_cert and Path(args.tls_cert), tls_key=args.tls_key and Path(args.tls_key),
+                    pause_after=args.pause_after, snapshot_after=args.snapshot_after,
+                    max_held=int(args.max_held), hold_deadline=float(args.hold_deadline), warm=dict(args.warm),
                 )
             )  # fmt: skip
         case "keys":
@@ -110,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             from gateway._serve import cleanup
 
             cleanup(ServeSettings(data_dir=Path(args.data_dir)))
+        case "doctor":
+            from gateway._doctor import doctor
+
+            sys.exit(doctor(ServeSettings(data_dir=Path(args.data_dir))))
         case "images":
             from gateway._image_commands import build_images
 

@@ -9,19 +9,32 @@ from typing import Any
 import msgspec
 
 from activator import Activator, ActivatorSettings, CreateRequest, Store
-from pool import PortClosed, Resources, RuntimeFailure, SandboxSpec, SandboxStats, Template
+from pool import (
+    PortClosed,
+    Resources,
+    RuntimeFailure,
+    SandboxGone,
+    SandboxSpec,
+    SandboxStats,
+    SnapshotInfo,
+    SnapshotKind,
+    Template,
+)
 
 
 class FakeRuntime:
-    """An in-memory `Runtime`: remembers which sandboxes run and which are frozen, and what it was asked."""
+    """An in-memory `Runtime`: remembers which sandboxes run, are frozen or snapshotted, and what it was asked."""
 
     def __init__(self) -> None:
         self.running: set[str] = set()
         self.frozen: set[str] = set()
+        self.snapshots: dict[str, SnapshotKind] = {}
         self.specs: dict[str, SandboxSpec] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail: set[str] = set()  # method names that raise RuntimeFailure
         self.listening: set[int] = set()  # ports open_socket connects to
+        self.kind: SnapshotKind = "criu"  # what `snapshot` keeps
+        self.keeps_processes = True  # what `snapshot_keeps_processes` answers
 
     async def start(self, spec: SandboxSpec) -> None:
         self._call("start", spec.sandbox_id)
@@ -32,6 +45,36 @@ class FakeRuntime:
         self._call("stop", sandbox_id)
         self.running.discard(sandbox_id)
         self.frozen.discard(sandbox_id)
+        self.snapshots.pop(sandbox_id, None)
+
+    def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
+        self._call("snapshot_keeps_processes", sandbox_id)
+        return self.keeps_processes
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        self._call("snapshot", sandbox_id)
+        if sandbox_id not in self.snapshots:
+            if sandbox_id not in self.running:
+                raise SandboxGone(sandbox_id)
+            self.running.discard(sandbox_id)
+            self.frozen.discard(sandbox_id)
+            self.snapshots[sandbox_id] = self.kind
+        return SnapshotInfo(kind=self.snapshots[sandbox_id], seconds=0.1, image_bytes=1 << 20)
+
+    async def restore(self, spec: SandboxSpec) -> None:
+        self._call("restore", spec.sandbox_id)
+        if spec.sandbox_id in self.running:
+            return
+        if self.snapshots.pop(spec.sandbox_id, None) is None:
+            raise SandboxGone(spec.sandbox_id)
+        self.specs[spec.sandbox_id] = spec
+        self.running.add(spec.sandbox_id)
+
+    def is_snapshotted(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.snapshots
+
+    def snapshotted_ids(self) -> set[str]:
+        return set(self.snapshots)
 
     async def freeze(self, sandbox_id: str) -> None:
         self._call("freeze", sandbox_id)
@@ -43,6 +86,8 @@ class FakeRuntime:
 
     async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
         self._call("open_socket", sandbox_id)
+        if sandbox_id not in self.running:
+            raise SandboxGone(f"{sandbox_id} has no processes")
         if port not in self.listening or sandbox_id in self.frozen:
             raise PortClosed(f"nothing listens on {port}")
         return socket.socket()
@@ -79,7 +124,7 @@ class Clock:
         self.now += seconds
 
 
-def template(name: str = "base", *, pause_after: float | None = None) -> Template:
+def template(name: str = "base", *, pause_after: float | None = None, snapshot_after: float | None = None) -> Template:
     """A resolved template as `load_templates` would make it."""
     return Template(
         name=name,
@@ -93,7 +138,7 @@ def template(name: str = "base", *, pause_after: float | None = None) -> Templat
         resources=Resources(cpu_count=2, memory_mb=1024, disk_mb=4096),
         warm=0,
         pause_after=pause_after,
-        snapshot_after=None,
+        snapshot_after=snapshot_after,
     )
 
 

@@ -18,7 +18,8 @@ from activator import (
     Store,
     TemplateNotFound,
 )
-from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
+from pool import SnapshotInfo
+from tests.test_activator_fakes import Clock, FakeRuntime, activator, request, template
 
 pytestmark = pytest.mark.anyio
 
@@ -106,7 +107,7 @@ class TestTransitions:
         assert [call for call in runtime.calls if call[0] == "stop"] == [("stop", record.id)]
         assert await store.live() == []
 
-    async def test_pause_twice_conflicts_and_connect_resumes(
+    async def test_pause_snapshots_twice_conflicts_and_connect_restores(
         self, store: Store, runtime: FakeRuntime, clock: Clock
     ) -> None:
         act = activator(store, runtime, clock)
@@ -114,11 +115,23 @@ class TestTransitions:
         await act.pause("alice", record.id)
         with pytest.raises(SandboxConflict):
             await act.pause("alice", record.id)
-        assert act.get("alice", record.id).state == SandboxState.PAUSED
-        assert record.id in runtime.frozen
+        paused = act.get("alice", record.id)
+        assert (paused.state, paused.snapshot_kind, paused.reported_state) == ("snapshotted", "criu", "paused")
+        assert record.id in runtime.snapshots
+        assert record.id not in runtime.running
         resumed, was_paused = await act.connect("alice", record.id, 60)
-        assert (resumed.state, was_paused, record.id in runtime.frozen) == (SandboxState.RUNNING, True, False)
+        assert (resumed.state, was_paused, record.id in runtime.running) == (SandboxState.RUNNING, True, True)
+        assert runtime.specs[record.id].init.access_token == record.access_token  # the restore got the init
         assert (await act.connect("alice", record.id, 60))[1] is False
+
+    async def test_the_stored_record_says_snapshotted_once_pause_answers(
+        self, store: Store, runtime: FakeRuntime, clock: Clock
+    ) -> None:
+        act = activator(store, runtime, clock)
+        record = await act.create("alice", request())
+        await act.pause("alice", record.id)
+        (stored,) = await store.live()
+        assert (stored.state, stored.pause_reason, stored.snapshot_kind) == ("snapshotted", "api", "criu")
 
     async def test_v1_resume_conflicts_unless_paused(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
         act = activator(store, runtime, clock)
@@ -134,28 +147,28 @@ class TestTransitions:
         act = activator(store, runtime, clock)
         record = await act.create("alice", request())
         release = asyncio.Event()
-        freeze = runtime.freeze
+        snapshot = runtime.snapshot
 
-        async def slow_freeze(sandbox_id: str) -> None:
+        async def slow_snapshot(sandbox_id: str) -> SnapshotInfo:
             await release.wait()
-            await freeze(sandbox_id)
+            return await snapshot(sandbox_id)
 
-        runtime.freeze = slow_freeze  # type: ignore[method-assign]
+        runtime.snapshot = slow_snapshot  # type: ignore[method-assign]
         pausing = asyncio.create_task(act.pause("alice", record.id))
         killing = asyncio.create_task(act.kill("alice", record.id))
         await asyncio.sleep(0.01)
         assert ("stop", record.id) not in runtime.calls  # the kill waits for the pause to finish
         release.set()
         await asyncio.gather(pausing, killing)
-        assert [name for name, _ in runtime.calls] == ["start", "freeze", "stop"]
+        assert [name for name, _ in runtime.calls] == ["start", "snapshot", "stop"]
 
     async def test_a_failed_runtime_action_keeps_the_previous_state(
         self, store: Store, runtime: FakeRuntime, clock: Clock
     ) -> None:
         act = activator(store, runtime, clock)
         record = await act.create("alice", request())
-        runtime.fail.add("freeze")
-        with pytest.raises(ActivatorError, match="could not freeze"):
+        runtime.fail.add("snapshot")
+        with pytest.raises(ActivatorError, match="could not snapshot"):
             await act.pause("alice", record.id)
         assert act.get("alice", record.id) == record
         assert await store.live() == [record]
@@ -181,11 +194,12 @@ class TestTimeouts:
         record = await act.create("alice", request(timeout=60, lifecycle=Lifecycle(on_timeout="pause")))
         clock.advance(61)
         await act.reap_once()
-        assert act.get("alice", record.id).state == SandboxState.PAUSED
-        assert record.id in runtime.frozen
+        paused = act.get("alice", record.id)
+        assert (paused.state, paused.pause_reason, paused.reported_state) == ("snapshotted", "timeout", "paused")
+        assert record.id in runtime.snapshots
         clock.advance(10_000)
         await act.reap_once()
-        assert act.get("alice", record.id).state == SandboxState.PAUSED
+        assert act.get("alice", record.id).state == SandboxState.SNAPSHOTTED
 
     async def test_time_spent_paused_does_not_count(self, store: Store, runtime: FakeRuntime, clock: Clock) -> None:
         act = activator(store, runtime, clock)
@@ -236,31 +250,33 @@ class TestOwnership:
         assert act.get("alice", record.id).state == SandboxState.RUNNING
 
 
-class TestRecover:
-    async def test_recover_reconciles_records_with_the_runtime(
-        self, store: Store, runtime: FakeRuntime, clock: Clock
-    ) -> None:
-        first = activator(store, runtime, clock)
-        gone = await first.create("alice", request())
-        paused = await first.create("alice", request())
-        await first.pause("alice", paused.id)
-        runtime.running.discard(gone.id)
-        runtime.running.add("orphan")
-        runtime.calls.clear()
-        second = activator(store, runtime, clock)
-        await second.recover()
-        with pytest.raises(SandboxNotFound):
-            second.get("alice", gone.id)
-        assert second.get("alice", paused.id).state == SandboxState.PAUSED
-        assert sorted(runtime.calls) == sorted([("stop", gone.id), ("freeze", paused.id), ("stop", "orphan")])
-        assert [line.message for line in second.logs("alice", paused.id)] == []
-
-
 async def test_metrics_come_from_the_runtime(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
     act = activator(store, runtime, clock)
     record = await act.create("alice", request())
     at, stats = await act.metrics("alice", record.id)
+    assert stats is not None
     assert (at, stats.cpu_used_pct) == (clock.now, 12.5)
+
+
+async def test_a_snapshotted_sandbox_has_no_metrics(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+    act = activator(store, runtime, clock)
+    record = await act.create("alice", request())
+    await act.pause("alice", record.id)
+    assert await act.metrics("alice", record.id) == (clock.now, None)
+
+
+async def test_listing_reports_idle_pauses_as_running(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+    act = activator(store, runtime, clock, template("base", pause_after=10))
+    idle, paused, running = [await act.create("alice", request()) for _ in range(3)]
+    await act.pause("alice", paused.id)
+    clock.advance(5)
+    act.touch(running.id)
+    clock.advance(6)
+    await act.reap_once()
+    assert act.get("alice", idle.id).state == SandboxState.PAUSED
+    listed = {r.id for r in (await act.list("alice", states={SandboxState.RUNNING})).records}
+    assert listed == {idle.id, running.id}
+    assert [r.id for r in (await act.list("alice", states={SandboxState.PAUSED})).records] == [paused.id]
 
 
 async def test_logs_record_the_lifecycle(store: Store, runtime: FakeRuntime, clock: Clock) -> None:

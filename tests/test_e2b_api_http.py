@@ -82,12 +82,17 @@ def test_bad_request_gets_an_e2b_error(
 def test_server_keeps_serving_after_bad_input(client: httpx.Client) -> None:
     for _, method, path, kwargs, _status in BAD_REQUESTS[:10]:
         client.request(method, path, **kwargs)
-    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/health").json()["status"] == "ok"
     assert client.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 201
 
 
-def test_health_needs_no_key(plane: ControlPlane) -> None:
-    assert httpx.get(f"{plane.url}/health").status_code == 200
+def test_health_needs_no_key_and_counts_sandboxes_by_state(plane: ControlPlane) -> None:
+    response = httpx.get(f"{plane.url}/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert set(body["sandboxes"]) == {"running", "paused", "snapshotted"}
+    assert body["held_requests"] == 0
 
 
 def test_create_answers_the_exact_sandbox_shape(client: httpx.Client) -> None:

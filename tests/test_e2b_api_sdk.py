@@ -82,11 +82,12 @@ def test_pause_twice_then_connect_resumes(plane: ControlPlane) -> None:
     sandbox = Sandbox.create("base", **opts(plane))
     assert sandbox.pause()
     assert not sandbox.pause()
-    assert sandbox.sandbox_id in plane.runtime.frozen
+    assert sandbox.sandbox_id in plane.runtime.snapshots
     assert sandbox.get_info().state == "paused"
+    assert sandbox.get_metrics() == []  # nothing to measure while scaled to zero
     resumed = Sandbox.connect(sandbox.sandbox_id, timeout=300, **opts(plane))
     assert resumed.get_info().state == "running"
-    assert sandbox.sandbox_id not in plane.runtime.frozen
+    assert sandbox.sandbox_id in plane.runtime.running
 
 
 def test_metrics_report_the_runtime_stats(plane: ControlPlane) -> None:

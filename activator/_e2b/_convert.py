@@ -29,7 +29,8 @@ __all__ = [
 
 WireState = Literal["running", "paused"]
 
-# E2B's states -> ours. A wire state may cover several of ours (the coming `snapshotted` will read as `paused`).
+# E2B's states -> the states we report (`SandboxRecord.reported_state`): a sandbox paused or snapshotted by the
+# idle policy reports `running`, one paused by the user (E2B pause, or its timeout) reports `paused`.
 WIRE_STATES: dict[WireState, frozenset[SandboxState]] = {
     "running": frozenset({SandboxState.RUNNING}),
     "paused": frozenset({SandboxState.PAUSED}),
@@ -80,7 +81,7 @@ def sandbox_listed(record: SandboxRecord) -> _wire.ListedSandbox:
         cpu_count=record.cpu_count,
         memory_mb=record.memory_mb,
         disk_size_mb=record.disk_mb,
-        state=_WIRE_STATE[record.state],
+        state=_WIRE_STATE[record.reported_state],
         envd_version=record.envd_version,
         metadata=record.metadata,
         alias=record.alias,

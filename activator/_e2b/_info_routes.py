@@ -25,9 +25,9 @@ _LEVELS = ("debug", "info", "warn", "error")
 
 
 @get("/health", opt={EXCLUDE_FROM_AUTH: True}, sync_to_thread=False)
-def health() -> dict[str, str]:
-    """Liveness of the control plane; needs no API key."""
-    return {"status": "ok"}
+def health(activator: ActivatorDep) -> dict[str, object]:
+    """Liveness of the control plane, with details (sandboxes by state, held requests, CRIU); needs no API key."""
+    return {"status": "ok", **activator.health()}
 
 
 @get("/sandboxes/{sandbox_id:str}", sync_to_thread=False)
@@ -80,10 +80,11 @@ async def metrics(
     start: FromQuery[int | None] = None,
     end: FromQuery[int | None] = None,
 ) -> list[_wire.SandboxMetric]:
-    """The current sample only (no history is kept), or none if it falls outside [start, end] (unix seconds)."""
+    """The current sample only (no history is kept), or none if it falls outside [start, end] (unix seconds) or
+    the sandbox has no processes to measure (snapshotted)."""
     at, stats = await activator.metrics(owner, sandbox_id)
     inside = (start is None or start <= at) and (end is None or at <= end)
-    return [_convert.metric(at, stats)] if inside else []
+    return [_convert.metric(at, stats)] if inside and stats is not None else []
 
 
 @get("/sandboxes/{sandbox_id:str}/logs", sync_to_thread=False)

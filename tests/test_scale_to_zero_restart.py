@@ -1,0 +1,59 @@
+"""SIGKILL the server and start it again on the same data directory: every sandbox is still there, as it was.
+
+Three sandboxes, each running the counting server and holding a file: one frozen by the idle policy, one
+snapshotted by E2B's pause, and one running (created just before the kill). After the restart each keeps its
+state (the frozen one still reads as running), its files, and its server's in-memory count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+from e2b import Sandbox
+
+from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter, wait_for
+from tests.server_fixtures import RunningServer, running_server
+
+FLAGS = ("--pause-after", "1", "--snapshot-after", "0")  # idle sandboxes freeze, and are never snapshotted
+
+
+def _prepare(server: RunningServer, name: str) -> Sandbox:
+    sbx = Sandbox.create(timeout=300, metadata={"name": name})
+    start_counter(sbx)
+    sbx.files.write("/home/user/name.txt", name)
+    assert asyncio.run(http_get(server.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 1"
+    return sbx
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, server: RunningServer) -> None:
+    for key, value in server.e2b_env().items():
+        monkeypatch.setenv(key, value)
+
+
+def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with running_server(data_dir, *FLAGS) as first:
+        _use(monkeypatch, first)
+        criu_or_skip(first)
+        frozen = _prepare(first, "frozen")
+        wait_for(lambda: sandboxes_by_state(first)["paused"] == 1, 10, "the idle freeze")
+        snapshotted = _prepare(first, "snapshotted")
+        assert snapshotted.pause()
+        running = _prepare(first, "running")
+        assert sandboxes_by_state(first) == {"running": 1, "paused": 1, "snapshotted": 1}
+        first.stop(signal.SIGKILL)
+
+        with running_server(data_dir, *FLAGS) as second:
+            _use(monkeypatch, second)
+            assert sandboxes_by_state(second) == {"running": 1, "paused": 1, "snapshotted": 1}
+            states = {s.metadata["name"]: s.state for s in Sandbox.list().next_items()}
+            assert states == {"frozen": "running", "snapshotted": "paused", "running": "running"}
+            Sandbox.connect(snapshotted.sandbox_id)
+            for sbx, name in ((frozen, "frozen"), (snapshotted, "snapshotted"), (running, "running")):
+                reply = asyncio.run(http_get(second.port, sbx.sandbox_id, "/hit/x"))
+                assert (name, reply.status, reply.body) == (name, 200, b"/hit/x 2")
+                assert Sandbox.connect(sbx.sandbox_id).files.read("/home/user/name.txt") == name
