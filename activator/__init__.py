@@ -1,4 +1,4 @@
-"""The lifecycle layer: sandbox records and their state machine, API keys, and the E2B control plane.
+"""The lifecycle layer: sandbox records and their state machine, API keys, and the E2B and MCP control planes.
 
 Other packages import only the names listed here.
 """
@@ -8,6 +8,7 @@ from activator._catalog import TemplateCatalog, TemplateNotFound
 from activator._e2b import ACTIVATOR, API_KEYS, MAX_BODY_BYTES, e2b_error_response, e2b_router
 from activator._errors import (
     ActivatorError,
+    ClientGone,
     HoldQueueFull,
     HoldTimeout,
     InvalidRequest,
@@ -15,15 +16,19 @@ from activator._errors import (
     SandboxConflict,
     SandboxNotFound,
 )
+from activator._holds import CLIENT_GONE
 from activator._keys import KEY_PATTERN, ApiKeys
 from activator._logs import LogLine
-from activator._records import ApiKey, CreateRequest, Lifecycle, SandboxRecord, SandboxState
+from activator._mcp import McpServer, SandboxUrls
+from activator._records import ApiKey, CreateRequest, Lifecycle, SandboxRecord, SandboxState, new_sandbox_id
 from activator._settings import ActivatorSettings
 from activator._store import Store
+from activator._telemetry import Histogram, HoldResult, Telemetry
 
 __all__ = [
     "ACTIVATOR",
     "API_KEYS",
+    "CLIENT_GONE",
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
     "Activator",
@@ -31,21 +36,28 @@ __all__ = [
     "ActivatorSettings",
     "ApiKey",
     "ApiKeys",
+    "ClientGone",
     "CreateRequest",
+    "Histogram",
     "HoldQueueFull",
+    "HoldResult",
     "HoldTimeout",
     "InvalidRequest",
     "Lifecycle",
     "LogLine",
+    "McpServer",
     "Page",
     "PortNotOpen",
     "SandboxConflict",
     "SandboxNotFound",
     "SandboxRecord",
     "SandboxState",
+    "SandboxUrls",
     "Store",
+    "Telemetry",
     "TemplateCatalog",
     "TemplateNotFound",
     "e2b_error_response",
     "e2b_router",
+    "new_sandbox_id",
 ]

@@ -8,22 +8,27 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from activator import ACTIVATOR, API_KEYS, MAX_BODY_BYTES, e2b_error_response, e2b_router
+from gateway._client_watch import ClientWatch
 from gateway._dataplane import DataPlane
 from gateway._errors_response import ASGIApp
+from gateway._metrics import METRICS_SOURCE, MetricsSource, metrics_route
 from gateway._platform import Platform
 
 __all__ = ["create_app"]
 
 
-def create_app(platform: Platform) -> DataPlane:
-    """Assemble the app. Order, outermost first: the data plane routes sandbox hostnames (and E2B's routing
-    headers) straight to the proxy, so sandbox traffic never touches the control plane's middleware; every
-    other request reaches Litestar: the E2B REST API, with its API-key middleware, and `/health`."""
+def create_app(platform: Platform) -> ClientWatch:
+    """Assemble the app. Order, outermost first: the client watch (so a request held for a waking sandbox is
+    released when its client leaves); the data plane, which routes sandbox hostnames (and E2B's routing
+    headers) straight to the proxy, so sandbox traffic never touches the control plane's middleware; then
+    Litestar for every other request: the E2B REST API, with its API-key middleware, `/health` and `/metrics`."""
+    metrics = MetricsSource(platform.activator, platform.warm_pool_stats)
     control = Litestar(
-        route_handlers=[e2b_router(max_body_bytes=MAX_BODY_BYTES)],
-        state=State({ACTIVATOR: platform.activator, API_KEYS: platform.keys}),
+        route_handlers=[e2b_router(max_body_bytes=MAX_BODY_BYTES), platform.mcp.route(), metrics_route],
+        state=State({ACTIVATOR: platform.activator, API_KEYS: platform.keys, METRICS_SOURCE: metrics}),
         exception_handlers={Exception: e2b_error_response},
         openapi_config=None,
     )
     app = cast(ASGIApp, control)  # Litestar's precise ASGI types are narrower than the generic ones
-    return DataPlane(app, opener=platform.activator, domain=platform.settings.domain, pool=platform.upstreams)
+    data_plane = DataPlane(app, opener=platform.activator, domain=platform.settings.domain, pool=platform.upstreams)
+    return ClientWatch(data_plane)

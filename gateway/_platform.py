@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import msgspec
 
-from activator import Activator, ActivatorSettings, ApiKeys, Store
+from activator import Activator, ActivatorSettings, ApiKeys, McpServer, SandboxUrls, Store, new_sandbox_id
 from gateway._http_proxy import UpstreamConnection
 from gateway._settings import ServeSettings
 from gateway._upstream import UpstreamPool
-from pool import LocalRuntime, LocalRuntimeSettings, Template, load_templates
+from pool import LocalRuntime, LocalRuntimeSettings, Template, WarmPools, load_templates
 
 __all__ = ["Platform", "open_platform"]
 
@@ -31,6 +32,9 @@ class Platform(msgspec.Struct, frozen=True, kw_only=True):
     runtime: LocalRuntime
     activator: Activator
     upstreams: UpstreamPool[UpstreamConnection]
+    mcp: McpServer
+    # The warm pools' figures for /metrics (template -> `pool.WarmPoolStats`), once warm pools are wired in.
+    warm_pool_stats: Callable[[], Mapping[str, Any]] | None = None
 
 
 async def _build_missing_images(runtime: LocalRuntime, templates: dict[str, Template]) -> None:
@@ -57,17 +61,45 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         await _build_missing_images(runtime, templates)
         upstreams: UpstreamPool[UpstreamConnection] = UpstreamPool()
         stack.callback(upstreams.close)
+        pools = _warm_pools(runtime, templates, settings)
         activator = Activator(
-            store, runtime, templates, ActivatorSettings(domain=settings.domain), on_halt=upstreams.drop
-        )
-        runtime.set_exit_listener(activator.sandbox_exited)
-        await activator.recover()
-        reaper = asyncio.create_task(activator.run_reaper())
-        stack.push_async_callback(_cancel, reaper)
-        yield Platform(
-            settings=settings, templates=templates, store=store, keys=ApiKeys(store), runtime=runtime,
-            activator=activator, upstreams=upstreams,
+            store, runtime, templates, _activator_settings(settings), on_halt=upstreams.drop,
+            health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,
         )  # fmt: skip
+
+        async def on_exit(sandbox_id: str) -> None:
+            if not pools.forget(sandbox_id):  # a warm sandbox has no record to update
+                await activator.sandbox_exited(sandbox_id)
+
+        runtime.set_exit_listener(on_exit)
+        await activator.recover()
+        for task in (asyncio.create_task(activator.run_reaper()), asyncio.create_task(pools.run())):
+            stack.push_async_callback(_cancel, task)
+        stack.push_async_callback(pools.close)  # runs first: stop the refills, then kill unclaimed sandboxes
+        keys = ApiKeys(store)
+        urls = SandboxUrls(domain=settings.domain, scheme="https" if settings.tls_cert else "http", port=settings.port)
+        mcp = McpServer(activator, keys, urls)
+        await stack.enter_async_context(mcp.run())
+        yield Platform(
+            settings=settings, templates=templates, store=store, keys=keys, runtime=runtime,
+            activator=activator, upstreams=upstreams, mcp=mcp, warm_pool_stats=pools.stats,
+        )  # fmt: skip
+
+
+def _warm_pools(runtime: LocalRuntime, templates: dict[str, Template], settings: ServeSettings) -> WarmPools:
+    try:
+        return WarmPools(runtime, templates, new_id=new_sandbox_id, targets=settings.warm)
+    except ValueError as exc:
+        raise SystemExit(f"agent-sandbox: --warm: {exc}") from exc
+
+
+def _activator_settings(settings: ServeSettings) -> ActivatorSettings:
+    """The lifecycle policy from the server's flags, validated (a negative threshold fails the start)."""
+    values = {
+        "domain": settings.domain, "pause_after": settings.pause_after, "snapshot_after": settings.snapshot_after,
+        "max_held": settings.max_held, "hold_deadline": settings.hold_deadline,
+    }  # fmt: skip
+    return msgspec.convert(values, ActivatorSettings)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -1,0 +1,158 @@
+"""The arguments of every tool, as msgspec structs: one definition gives both the JSON schema shown to the model
+and the validation of what it sends.
+
+The schemas stay flat (no `$ref`, no `anyOf`): protocol versions before 2026-07-28 define only `type`,
+`properties` and `required` for tool input schemas, and models fill flat schemas most reliably.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from activator._mcp._errors import BadArguments
+
+__all__ = [
+    "CreateSandbox",
+    "DeleteSandbox",
+    "GetSandbox",
+    "GetUrl",
+    "ListFiles",
+    "ListSandbox",
+    "ReadFile",
+    "RunCode",
+    "RunCommand",
+    "SandboxExecutor",
+    "SandboxToolArgs",
+    "ToolArgs",
+    "WriteFile",
+    "input_schema",
+    "parse",
+]
+
+MAX_TIMEOUT = 86_400  # the longest sandbox TTL (the activator enforces its configured maximum as well)
+
+_SandboxId = Annotated[str, Meta(min_length=1, description="The sandboxId returned by createSandbox.")]
+_Strings = dict[str, str]
+_State = Literal["running", "paused"]
+
+
+class ToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename="camel"):
+    """Tool arguments: camelCase keys; an unknown key is a mistake the model should hear about, so it is refused."""
+
+
+class CreateSandbox(ToolArgs):
+    template: Annotated[str, Meta(min_length=1, description="The template to start from (listed above).")] = "base"
+    timeout: Annotated[
+        int, Meta(ge=1, le=MAX_TIMEOUT, description="Seconds the sandbox lives before onTimeout applies.")
+    ] = 3600
+    on_timeout: Annotated[
+        Literal["kill", "pause"],
+        Meta(description="At the timeout: 'kill' deletes it; 'pause' freezes it, and a request to its URLs wakes it."),
+    ] = "kill"
+    metadata: Annotated[_Strings, Meta(description="Labels to find it again with listSandbox.")] = {}
+    envs: Annotated[_Strings, Meta(description="Environment variables of every command run in the sandbox.")] = {}
+
+
+class GetSandbox(ToolArgs):
+    sandbox_id: _SandboxId
+
+
+class DeleteSandbox(ToolArgs):
+    sandbox_id: _SandboxId
+
+
+class ListSandbox(ToolArgs):
+    metadata: Annotated[_Strings, Meta(description="Only sandboxes whose metadata contain all these pairs.")] = {}
+    state: Annotated[
+        list[_State], Meta(description="Only sandboxes in these states (default: running and paused).")
+    ] = msgspec.field(default_factory=lambda: ["running", "paused"])
+    next_token: Annotated[str, Meta(description="The nextToken of the previous page, to get the next one.")] = ""
+
+
+class SandboxExecutor(ToolArgs):
+    sandbox_id: _SandboxId
+    tool: Annotated[
+        str, Meta(min_length=1, description="The sandbox tool: run_command, read_file, write_file, list_files, ...")
+    ]
+    arguments: Annotated[
+        dict[str, Any], Meta(description="The tool's arguments, matching its inputSchema in createSandbox's `tools`.")
+    ] = {}
+
+
+class RunCommand(ToolArgs):
+    command: Annotated[str, Meta(min_length=1, description="A bash command line, run with `bash -l -c`.")]
+    cwd: Annotated[str, Meta(description="Working directory (default: the template's, /home/user).")] = ""
+    envs: Annotated[_Strings, Meta(description="Extra environment variables for this command.")] = {}
+    timeout: (
+        Annotated[
+            float,
+            Meta(
+                gt=0,
+                le=MAX_TIMEOUT,
+                description="Seconds before the command is killed. Default: 60 in the foreground; "
+                "none in the background (it runs as long as the sandbox).",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    background: Annotated[
+        bool, Meta(description="Start it and return its pid at once (for servers); its output is discarded.")
+    ] = False
+
+
+class ReadFile(ToolArgs):
+    path: Annotated[str, Meta(min_length=1, description="Absolute, or relative to /home/user.")]
+
+
+class WriteFile(ToolArgs):
+    path: Annotated[str, Meta(min_length=1, description="Absolute, or relative to /home/user; parents are created.")]
+    content: Annotated[str, Meta(description="The whole new content of the file.")]
+    encoding: Annotated[
+        Literal["utf-8", "base64"], Meta(description="How `content` is encoded: text, or base64 for binary data.")
+    ] = "utf-8"
+
+
+class ListFiles(ToolArgs):
+    path: Annotated[str, Meta(description="Directory to list (default: /home/user).")] = ""
+    depth: Annotated[int, Meta(ge=1, le=10, description="How many levels deep to list.")] = 1
+
+
+class GetUrl(ToolArgs):
+    port: Annotated[int, Meta(ge=1, le=65535, description="The port a server in the sandbox listens on.")]
+
+
+class RunCode(ToolArgs):
+    code: Annotated[str, Meta(min_length=1, description="The code to run, as in a notebook cell.")]
+    language: Annotated[
+        str, Meta(description="python (default), javascript, typescript, r, java or bash; state is kept per language.")
+    ] = "python"
+    timeout: Annotated[float, Meta(gt=0, le=3600, description="Seconds before the run is abandoned.")] = 60
+
+
+SandboxToolArgs = RunCommand | ReadFile | WriteFile | ListFiles | GetUrl | RunCode
+
+A = TypeVar("A", bound=ToolArgs)
+
+
+def input_schema(args: type[ToolArgs]) -> dict[str, Any]:
+    """The JSON schema of `args`, inline: the tool's description says what the struct's docstring would."""
+    (_,), components = msgspec.json.schema_components([args], ref_template="#/$defs/{name}")
+    schema: dict[str, Any] = components.pop(args.__name__)
+    schema.pop("title", None)
+    schema.pop("description", None)
+    if components:
+        schema["$defs"] = components
+    return schema
+
+
+def parse(args: type[A], arguments: Mapping[str, Any] | None, tool: str) -> A:
+    """`arguments` validated and converted, or BadArguments that says what is wrong and shows the schema."""
+    try:
+        return msgspec.convert(arguments or {}, args)
+    except msgspec.ValidationError as exc:
+        schema = msgspec.json.encode(input_schema(args)).decode()
+        raise BadArguments(f"invalid arguments for {tool}: {exc}. Its input schema: {schema}") from exc

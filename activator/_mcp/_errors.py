@@ -1,0 +1,46 @@
+"""Errors a tool call reports to the agent as an MCP tool error (`isError: true`), never as a protocol error.
+
+Every message says what went wrong and what to do next, because its reader is a model deciding its next call.
+
+ToolError                 base class: the message is shown to the agent as is
+├── UnknownTool           `sandboxExecutor` named a tool the sandbox does not have
+├── BadArguments          the arguments do not match the tool's JSON schema
+├── FileMissing           read_file / list_files named a path that does not exist
+├── CommandTimedOut       a command or code run passed its timeout and was killed
+└── ExecutorFailed        the sandbox's executor refused the call or did not answer
+
+The activator's own errors (`SandboxNotFound`, `InvalidRequest`, `TemplateNotFound`, ...) are reported the same
+way, with their own messages.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BadArguments", "CommandTimedOut", "ExecutorFailed", "FileMissing", "ToolError", "UnknownTool"]
+
+
+class ToolError(Exception):
+    """A tool call failed in a way the agent can act on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UnknownTool(ToolError):
+    """The sandbox has no tool of this name."""
+
+
+class BadArguments(ToolError):
+    """The arguments failed validation against the tool's schema."""
+
+
+class FileMissing(ToolError):
+    """The path does not exist in the sandbox."""
+
+
+class CommandTimedOut(ToolError):
+    """The command (or code) ran past its timeout; it was killed, and its partial output is in the message."""
+
+
+class ExecutorFailed(ToolError):
+    """The executor answered with an error, or the connection to it broke."""
