@@ -1,0 +1,5 @@
+import sys
+
+from executor.interpreter._main import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""The command line: `python -m executor.interpreter` serves the code interpreter of a sandbox on port 49999.
+
+    python -m executor.interpreter [--host 0.0.0.0] [--port 49999] [--cwd DIR] [--execution-limit SECONDS]
+                                   [--envd-port 49983] [--node node] [--no-prestart]
+
+Run with the template's venv Python (it has jupyter-client, ipykernel and bash_kernel) and the executor's
+libraries on PYTHONPATH (templates/code-interpreter-v1.toml). SIGTERM stops every kernel and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from pathlib import Path
+
+from executor._http import Connection
+from executor.interpreter._backend import Backend, BackendFactory
+from executor.interpreter._contexts import Contexts
+from executor.interpreter._envd import EnvdClient
+from executor.interpreter._service import Service, ServiceSettings
+
+__all__ = ("main",)
+
+logger = logging.getLogger("interpreter")
+
+
+class _Connection(Connection):
+    """The executor's HTTP connection, except that a client that half-closes counts as gone.
+
+    No client of this service half-closes to wait for a response, while a proxy that drops the exchange
+    (the gateway, when the SDK's `timeout` closes the stream) closes its end: treating that EOF as the end
+    interrupts the kernel at once, instead of at the next keepalive write that fails.
+    """
+
+    def eof_received(self) -> bool:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the service until SIGTERM; the exit status."""
+    options = _parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s interpreter %(levelname)s %(message)s")
+    limit = options.execution_limit if options.execution_limit > 0 else None
+    runtime = Path(tempfile.mkdtemp(prefix="agent-sandbox-interpreter-"))
+    try:
+        contexts = Contexts(backend_factory(runtime, options.node), options.cwd)
+        service = Service(contexts, EnvdClient(port=options.envd_port), ServiceSettings(execution_limit=limit))
+        return asyncio.run(_serve(options.host, options.port, service, contexts, prestart=not options.no_prestart))
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def backend_factory(runtime: Path, node: str) -> BackendFactory:
+    """Jupyter kernels for python and bash, a Node.js process for javascript."""
+    from executor.interpreter._jupyter import JupyterBackend
+    from executor.interpreter._kernelspecs import KERNELS, kernel_environment, write_kernel_specs
+    from executor.interpreter._node import NodeBackend
+    from executor.interpreter._node_driver import DRIVER
+
+    specs = write_kernel_specs(runtime)
+    env = kernel_environment()
+    driver = runtime / "node-driver.js"
+    driver.write_text(DRIVER)
+
+    def create(language: str, cwd: str) -> Backend:
+        if language == "javascript":
+            return NodeBackend(cwd, env, driver, node)
+        return JupyterBackend(language, KERNELS[language], cwd, env, runtime, specs)
+
+    return create
+
+
+async def _serve(host: str, port: int, service: Service, contexts: Contexts, *, prestart: bool) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        listener = socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as exc:
+        logger.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+        return 1
+    if prestart:
+        contexts.prestart("python")  # most executions are Python: have its kernel ready before the first one
+    server = await loop.create_server(lambda: _Connection(service.handle), sock=listener)
+    logger.info("listening on %s:%d", host, listener.getsockname()[1])
+    await stop.wait()
+    server.close()
+    await contexts.close()
+    return 0
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m executor.interpreter", description="E2B code interpreter")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=49999, help="port to listen on (default: 49999; 0 picks one)")
+    parser.add_argument("--cwd", default=os.path.expanduser("~"), help="working directory of new contexts (~)")
+    parser.add_argument(
+        "--execution-limit", type=float, default=3600.0, help="seconds an execution may run; 0: no limit (3600)"
+    )
+    parser.add_argument("--envd-port", type=int, default=49983, help="the executor's port, for /envs (49983)")
+    parser.add_argument("--node", default="node", help="the Node.js binary for JavaScript contexts (node)")
+    parser.add_argument("--no-prestart", action="store_true", help="start the Python kernel on first use only")
+    return parser.parse_args(argv)
