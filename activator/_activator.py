@@ -128,6 +128,10 @@ class Activator:
                 await self._runtime.stop(claimed)
             raise
 
+    def last_activity(self, sandbox_id: str) -> float:
+        """Clock time of the sandbox's last traffic or wake-up (what the idle policy counts from)."""
+        return self._activity.last(sandbox_id)
+
     def get(self, owner: str, sandbox_id: str) -> SandboxRecord:
         """The sandbox's current record; SandboxNotFound if it is killed, unknown, or another key's."""
         record = self._machine.live.get(sandbox_id)

@@ -13,6 +13,7 @@ from gateway._dataplane import DataPlane
 from gateway._errors_response import ASGIApp
 from gateway._metrics import METRICS_SOURCE, MetricsSource, metrics_route
 from gateway._platform import Platform
+from gateway.ui import UiServices, ui_router
 
 __all__ = ["create_app"]
 
@@ -21,10 +22,15 @@ def create_app(platform: Platform) -> ClientWatch:
     """Assemble the app. Order, outermost first: the client watch (so a request held for a waking sandbox is
     released when its client leaves); the data plane, which routes sandbox hostnames (and E2B's routing
     headers) straight to the proxy, so sandbox traffic never touches the control plane's middleware; then
-    Litestar for every other request: the E2B REST API, with its API-key middleware, `/health` and `/metrics`."""
+    Litestar for every other request: the E2B REST API, with its API-key middleware, `/health`, `/metrics`,
+    MCP at `/mcp` and the web UI at `/ui`."""
     metrics = MetricsSource(platform.activator, platform.warm_pool_stats)
+    ui = UiServices(
+        activator=platform.activator, keys=platform.keys, pool_stats=platform.warm_pool_stats,
+        last_activity=platform.activator.last_activity,
+    )  # fmt: skip
     control = Litestar(
-        route_handlers=[e2b_router(max_body_bytes=MAX_BODY_BYTES), platform.mcp.route(), metrics_route],
+        route_handlers=[e2b_router(max_body_bytes=MAX_BODY_BYTES), platform.mcp.route(), metrics_route, ui_router(ui)],
         state=State({ACTIVATOR: platform.activator, API_KEYS: platform.keys, METRICS_SOURCE: metrics}),
         exception_handlers={Exception: e2b_error_response},
         openapi_config=None,

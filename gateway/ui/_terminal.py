@@ -1,0 +1,112 @@
+"""The terminal: a WebSocket from the page (xterm.js) bridged to a login shell on a PTY in the sandbox (envd).
+
+Frames, page → server: binary = keystrokes (bytes for the PTY); text = `{"cols": C, "rows": R}` (a resize).
+Frames, server → page: binary = the PTY's output; text = `{"exit": "<status>"}` or `{"error": "<message>"}`,
+then the server closes.
+
+The handshake is checked like a state change, before it is accepted: the page's own origin, a live session from
+the cookie, and the session's CSRF token in the `csrf` query parameter (a browser WebSocket cannot send headers).
+A refused handshake is answered 403 with no detail. A sandbox that is gone or kept paused by its user is accepted
+and closed at once with the reason, so the page can say why. The shell is killed when the WebSocket closes; while
+it is open, its connection keeps the sandbox busy, so the idle policy does not pause it under the user's hands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from litestar import WebSocket, websocket
+from litestar.exceptions import WebSocketDisconnect
+
+from activator import ActivatorError
+from gateway.ui._auth import CSRF_HEADER, connection_session
+from gateway.ui._context import SandboxIdPath, UiDep
+from gateway.ui._envd import EnvdError, Pty
+from gateway.ui._http1 import Http1Error
+from gateway.ui._sandbox_io import envd_for
+from gateway.ui._security import csrf_matches, same_origin
+
+__all__ = ["terminal"]
+
+_MAX_SIZE = 500  # columns or rows; more is a broken client
+
+
+class _Resize(msgspec.Struct):
+    cols: int
+    rows: int
+
+
+_decode_resize = msgspec.json.Decoder(_Resize).decode
+_encode = msgspec.json.Encoder().encode
+
+
+@websocket("/api/sandboxes/{sandbox_id:str}/terminal")
+async def terminal(socket: WebSocket[Any, Any, Any], ui: UiDep, sandbox_id: SandboxIdPath) -> None:
+    session = await connection_session(socket, ui)
+    token = socket.query_params.get("csrf") or socket.headers.get(CSRF_HEADER)
+    if session is None or not same_origin(socket.headers) or not csrf_matches(session.csrf, token):
+        await socket.close(code=4403, reason="refused")  # before accept: the handshake is answered 403
+        return
+    await socket.accept()
+    try:
+        envd = envd_for(ui, ui.services.activator.get(session.owner, sandbox_id))
+        async with envd.pty(_size(socket, "cols", 80), _size(socket, "rows", 24)) as pty:
+            await _bridge(socket, pty)
+        await _finish(socket, {"exit": pty.status or "the shell ended"})
+    except (ActivatorError, EnvdError) as exc:
+        await _finish(socket, {"error": exc.message})
+    except WebSocketDisconnect:
+        pass
+
+
+async def _bridge(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
+    """Copy both ways until the shell exits or the page goes away."""
+    output = asyncio.create_task(_to_page(socket, pty))
+    keys = asyncio.create_task(_to_shell(socket, pty))
+    done, pending = await asyncio.wait({output, keys}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, EnvdError, ActivatorError, Http1Error):
+            await task  # cancelled: how it ended does not matter any more
+    for task in done:
+        task.result()  # re-raise what ended it (EnvdError is reported to the page; a disconnect ends quietly)
+
+
+async def _to_page(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
+    async for chunk in pty.output():
+        await socket.send_bytes(chunk)
+
+
+async def _to_shell(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
+    while True:
+        message: Mapping[str, Any] = await socket.receive()  # a union of TypedDicts, read as a mapping
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(detail="the page closed the terminal")
+        if message.get("bytes"):
+            await pty.write(message["bytes"])
+        elif message.get("text"):
+            try:
+                size = _decode_resize(message["text"])
+            except msgspec.DecodeError:
+                continue  # not a resize: ignored, like a terminal ignores an unknown escape
+            await pty.resize(_clamp(size.cols), _clamp(size.rows))
+
+
+async def _finish(socket: WebSocket[Any, Any, Any], message: dict[str, str]) -> None:
+    with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+        await socket.send_text(_encode(message).decode())
+        await socket.close(code=1000)
+
+
+def _size(socket: WebSocket[Any, Any, Any], name: str, default: int) -> int:
+    value = socket.query_params.get(name, "")
+    return _clamp(int(value)) if value.isdigit() else default
+
+
+def _clamp(value: int) -> int:
+    return max(1, min(value, _MAX_SIZE))
