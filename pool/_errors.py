@@ -3,13 +3,23 @@
 PoolError                base class
 ├── RuntimeFailure       a sandbox could not be started, frozen, stopped or reached
 │   └── PortClosed       nothing listens on the requested port inside the sandbox
+├── ExecutorError        the exchange with a sandbox's executor (envd) broke, or was not HTTP
+│   └── ExecutorRefused  the executor answered a Connect call with an error (`code`, `message`)
 ├── SandboxGone          the runtime has no sandbox with that ID (never started, or stopped)
 └── ImageBuildError      a template's layers could not be built
 """
 
 from __future__ import annotations
 
-__all__ = ["ImageBuildError", "PoolError", "PortClosed", "RuntimeFailure", "SandboxGone"]
+__all__ = [
+    "ExecutorError",
+    "ExecutorRefused",
+    "ImageBuildError",
+    "PoolError",
+    "PortClosed",
+    "RuntimeFailure",
+    "SandboxGone",
+]
 
 
 class PoolError(Exception):
@@ -22,6 +32,19 @@ class RuntimeFailure(PoolError):
 
 class PortClosed(RuntimeFailure):
     """The connection to a port inside the sandbox was refused."""
+
+
+class ExecutorError(PoolError):
+    """The connection to a sandbox's executor failed, closed early, or carried something that is not HTTP."""
+
+
+class ExecutorRefused(ExecutorError):
+    """The executor answered a Connect call with an error: `code` ("not_found", ...) and its `message`."""
+
+    def __init__(self, code: str | int, message: str) -> None:
+        super().__init__(f"the executor refused the call: {code}: {message}")
+        self.code = code
+        self.message = message
 
 
 class SandboxGone(PoolError):

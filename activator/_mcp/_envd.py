@@ -19,19 +19,10 @@ from typing import NoReturn
 
 import msgspec
 
-from activator._mcp._connect import (
-    END_STREAM,
-    ConnectError,
-    decode_error,
-    decode_event,
-    envelopes,
-    follow,
-    start_body,
-    trailer_error,
-)
-from activator._mcp._errors import CommandTimedOut, ExecutorFailed, FileMissing, ToolError
-from activator._mcp._http1 import Response, exchange
+from activator._mcp._connect import decode_event, follow, start_body, stream_error
+from activator._mcp._errors import CommandTimedOut, ExecutorFailed, FileMissing, ToolError, executor_failures
 from activator._mcp._output import CappedStream
+from pool import ExecutorRefused, envd
 
 __all__ = ["ENVD_PORT", "CommandOutput", "Entry", "Envd", "FileContent"]
 
@@ -75,7 +66,6 @@ class FileContent(msgspec.Struct, frozen=True):
     size: int
 
 
-_encoder = msgspec.json.Encoder()
 _list_dir = msgspec.json.Decoder(_ListDirResponse)
 _written = msgspec.json.Decoder(list[Entry])
 
@@ -97,17 +87,17 @@ class Envd:
             async with self._start(command, cwd, envs, kill_after, deadline=kill_after + _GRACE) as response:
                 outcome = await follow(response, stdout, stderr)
         except _DeadlinePassed:  # the executor did not end it in time: report what it should have reported
-            outcome = ConnectError("deadline_exceeded")
-        if isinstance(outcome, ConnectError):
+            outcome = envd.ConnectError("deadline_exceeded")
+        if isinstance(outcome, envd.ConnectError):
             raise _command_failed(command, outcome, kill_after, stdout, stderr)
         return CommandOutput(exit_code=outcome.exit_code, stdout=stdout.text(), stderr=stderr.text())
 
     async def start(self, command: str, *, cwd: str, envs: dict[str, str], kill_after: float | None) -> int:
         """Start `bash -l -c command` and return its pid once it runs; it goes on after the stream is closed."""
         async with self._start(command, cwd, envs, kill_after, deadline=_CALL_DEADLINE) as response:
-            async for flags, payload in envelopes(response):
-                if flags & END_STREAM:
-                    raise _command_failed(command, trailer_error(payload), kill_after)
+            async for flags, payload in envd.envelopes(response):
+                if flags & envd.END_STREAM:
+                    raise _command_failed(command, stream_error(payload), kill_after)
                 event = decode_event(payload)
                 if event.start is not None:
                     return event.start.pid
@@ -118,7 +108,7 @@ class Envd:
         async with self._request("GET", f"/files?{self._query(path)}") as response:
             if response.status != 200:
                 await _raise_http(response, path)
-            data = await response.read(limit)
+            data = await response.prefix(limit)
             size = int(response.headers.get("content-length", len(data)))
         return FileContent(data=data, size=size)
 
@@ -133,17 +123,20 @@ class Envd:
 
     async def list_dir(self, path: str, depth: int) -> list[Entry]:
         """The entries under `path`, `depth` levels deep."""
-        body = _encoder.encode({"path": path, "depth": depth})
-        headers = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
-        async with self._request("POST", "/filesystem.Filesystem/ListDir", headers, body) as response:
-            raw = await response.read()
-            if response.status != 200:
-                _raise_connect(raw, path)
+        request = {"path": path, "depth": depth}
+        async with self._connection("POST /filesystem.Filesystem/ListDir", _CALL_DEADLINE) as conn:
+            try:
+                raw = await envd.call_unary(conn, "/filesystem.Filesystem/ListDir", request, self._headers)
+            except ExecutorRefused as exc:
+                if exc.code == "not_found":
+                    message = f"{path!r} does not exist in the sandbox ({exc.message}); list_files shows what does"
+                    raise FileMissing(message) from exc
+                raise
         return _list_dir.decode(raw).entries
 
     def _start(
         self, command: str, cwd: str, envs: dict[str, str], kill_after: float | None, *, deadline: float
-    ) -> AbstractAsyncContextManager[Response]:
+    ) -> AbstractAsyncContextManager[envd.Response]:
         headers = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
         if kill_after:
             headers["Connect-Timeout-Ms"] = str(max(1, int(kill_after * 1000)))
@@ -159,17 +152,20 @@ class Envd:
         body: bytes = b"",
         *,
         deadline: float = _CALL_DEADLINE,
-    ) -> AsyncIterator[Response]:
+    ) -> AsyncIterator[envd.Response]:
+        """One request on a connection of its own (`Connection: close`), within `deadline`."""
+        async with self._connection(f"{method} {target.split('?', 1)[0]}", deadline) as conn:
+            yield await conn.request(method, target, self._headers | {"Connection": "close"} | (headers or {}), body)
+
+    @asynccontextmanager
+    async def _connection(self, what: str, deadline: float) -> AsyncIterator[envd.Connection]:
         """Connect (which may resume the sandbox first, bounded by the activator), then exchange within `deadline`."""
         sock = await self._connect()
         try:
-            async with (
-                asyncio.timeout(deadline),
-                exchange(sock, method, target, self._headers | (headers or {}), body) as response,
-            ):
-                yield response
+            with executor_failures():
+                async with asyncio.timeout(deadline), await envd.Connection.open(sock) as conn:
+                    yield conn
         except TimeoutError as exc:
-            what = f"{method} {target.split('?', 1)[0]}"
             raise _DeadlinePassed(f"the executor did not finish {what} within {deadline:g} s; retry the call") from exc
 
     def _query(self, path: str) -> str:
@@ -178,7 +174,7 @@ class Envd:
 
 def _command_failed(
     command: str,
-    error: ConnectError,
+    error: envd.ConnectError,
     kill_after: float | None,
     stdout: CappedStream | None = None,
     stderr: CappedStream | None = None,
@@ -196,17 +192,9 @@ def _command_failed(
     return CommandTimedOut(message)
 
 
-def _raise_connect(raw: bytes, path: str) -> NoReturn:
-    """A unary Connect call failed: `not_found` is a missing path, the rest is passed on as it came."""
-    error = decode_error(raw)
-    if error.code == "not_found":
-        raise FileMissing(f"{path!r} does not exist in the sandbox ({error.message}); list_files shows what does")
-    raise ExecutorFailed(f"the executor refused the call: {error.code}: {error.message}")
-
-
-async def _raise_http(response: Response, path: str) -> NoReturn:
+async def _raise_http(response: envd.Response, path: str) -> NoReturn:
     """A /files call failed; envd's JSON error is `{"code": <status>, "message": ...}`."""
-    raw = await response.read(4096)
+    raw = await response.prefix(4096)
     try:
         message = str(msgspec.json.decode(raw, type=dict[str, object]).get("message", ""))
     except msgspec.DecodeError:

@@ -9,13 +9,27 @@ ToolError                 base class: the message is shown to the agent as is
 ├── CommandTimedOut       a command or code run passed its timeout and was killed
 └── ExecutorFailed        the sandbox's executor refused the call or did not answer
 
-The activator's own errors (`SandboxNotFound`, `InvalidRequest`, `TemplateNotFound`, ...) are reported the same
+The pool's `ExecutorError`s (the executor's client) become `ExecutorFailed` in `executor_failures()`. The
+activator's own errors (`SandboxNotFound`, `InvalidRequest`, `TemplateNotFound`, ...) are reported the same
 way, with their own messages.
 """
 
 from __future__ import annotations
 
-__all__ = ["BadArguments", "CommandTimedOut", "ExecutorFailed", "FileMissing", "ToolError", "UnknownTool"]
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pool import ExecutorError, ExecutorRefused
+
+__all__ = [
+    "BadArguments",
+    "CommandTimedOut",
+    "ExecutorFailed",
+    "FileMissing",
+    "ToolError",
+    "UnknownTool",
+    "executor_failures",
+]
 
 
 class ToolError(Exception):
@@ -44,3 +58,14 @@ class CommandTimedOut(ToolError):
 
 class ExecutorFailed(ToolError):
     """The executor answered with an error, or the connection to it broke."""
+
+
+@contextmanager
+def executor_failures() -> Iterator[None]:
+    """Re-raise the executor client's errors as ExecutorFailed; a broken exchange is worth retrying."""
+    try:
+        yield
+    except ExecutorRefused as exc:
+        raise ExecutorFailed(str(exc)) from exc
+    except ExecutorError as exc:
+        raise ExecutorFailed(f"{exc}; retry the call") from exc

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 
-from activator._mcp._errors import CommandTimedOut, ExecutorFailed
-from activator._mcp._http1 import Response, exchange
+from activator._mcp._errors import CommandTimedOut, ExecutorFailed, executor_failures
 from activator._mcp._output import MAX_STREAM_BYTES, CappedStream
+from pool import envd
 
 __all__ = ["INTERPRETER_PORT", "Execution", "execute"]
 
@@ -65,12 +65,13 @@ async def execute(
     execution = Execution()
     sock = await connect()
     try:
-        async with asyncio.timeout(kill_after), exchange(sock, "POST", "/execute", headers, body) as response:
-            if response.status != 200:
-                text = (await response.read(4096)).decode(errors="replace")
-                raise ExecutorFailed(f"the code interpreter refused the code: {response.status} {text}")
-            async for line in _lines(response):
-                _apply(_line.decode(line), execution, stdout, stderr)
+        with executor_failures():
+            async with asyncio.timeout(kill_after), envd.exchange(sock, "POST", "/execute", headers, body) as response:
+                if response.status != 200:
+                    text = (await response.prefix(4096)).decode(errors="replace")
+                    raise ExecutorFailed(f"the code interpreter refused the code: {response.status} {text}")
+                async for line in _lines(response):
+                    _apply(_line.decode(line), execution, stdout, stderr)
     except TimeoutError as exc:
         message = f"the code was still running after {kill_after:g} s; pass a larger `timeout`"
         for stream in (stdout, stderr):
@@ -82,7 +83,7 @@ async def execute(
     return execution
 
 
-async def _lines(response: Response) -> AsyncIterator[bytes]:
+async def _lines(response: envd.Response) -> AsyncIterator[bytes]:
     buffer = b""
     async for chunk in response.chunks():
         buffer += chunk

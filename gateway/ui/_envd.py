@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,15 +20,12 @@ from typing import Any
 import msgspec
 
 from activator import ActivatorError
-from gateway.ui._http1 import Connection, Http1Error, Response
+from pool import ExecutorError, ExecutorRefused, envd
 
 __all__ = ["ENVD_PORT", "Entry", "Envd", "EnvdError", "PathMissing", "ProcessInfo", "Pty"]
 
 ENVD_PORT = 49983
-_END_STREAM = 0x02  # Connect envelope flag: the trailer follows
 _CALL_DEADLINE = 30.0  # seconds a unary call may take once connected
-_UNARY = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
-_STREAM = {"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
 
 SocketOpener = Callable[[], Awaitable[Any]]  # () -> a connected socket.socket into the sandbox's envd port
 
@@ -128,21 +124,10 @@ class _StreamMessage(_Message):
     event: _Event | None = None
 
 
-class _ConnectError(_Message):
-    code: str | int = "unknown"
-    message: str = ""
-
-
-class _Trailer(_Message):
-    error: _ConnectError | None = None
-
-
 _encode = msgspec.json.Encoder().encode
 _decode_list = msgspec.json.Decoder(_ListResponse).decode
 _decode_dir = msgspec.json.Decoder(_ListDirResponse).decode
 _decode_message = msgspec.json.Decoder(_StreamMessage).decode
-_decode_error = msgspec.json.Decoder(_ConnectError).decode
-_decode_trailer = msgspec.json.Decoder(_Trailer).decode
 
 
 class Envd:
@@ -162,7 +147,7 @@ class Envd:
         return _decode_dir(raw).entries
 
     @asynccontextmanager
-    async def download(self, path: str) -> AsyncIterator[Response]:
+    async def download(self, path: str) -> AsyncIterator[envd.Response]:
         """`GET /files` for `path`: the response, its body still to be read (PathMissing, EnvdError)."""
         target = "/files?" + urllib.parse.urlencode({"path": path})
         async with self._connection() as conn:
@@ -178,10 +163,9 @@ class Envd:
             process=ProcessConfig(cmd="/bin/bash", args=["-i", "-l"], envs={"TERM": "xterm-256color"}),
             pty=_Pty(size=_PtySize(cols=cols, rows=rows)),
         )
-        message = _encode(start)
-        body = struct.pack(">BI", 0, len(message)) + message
+        body = envd.envelope(_encode(start))
         async with self._connection() as conn:
-            response = await _request(conn, "POST", "/process.Process/Start", self._auth | _STREAM, body)
+            response = await _request(conn, "POST", "/process.Process/Start", self._auth | envd.STREAM_HEADERS, body)
             if response.status != 200:
                 raise _http_error(response.status, await response.read(4096), "")
             events = _events(response)
@@ -193,14 +177,14 @@ class Envd:
                 await pty.close()
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
+    async def _connection(self) -> AsyncIterator[envd.Connection]:
         try:
-            conn = await Connection.open(await self._open_socket())
-        except Http1Error as exc:
+            conn = await envd.Connection.open(await self._open_socket())
+        except ExecutorError as exc:
             raise EnvdError(f"the sandbox's executor is unreachable: {exc}") from exc
         try:
             yield conn
-        except Http1Error as exc:
+        except ExecutorError as exc:
             raise EnvdError(f"the exchange with the sandbox's executor failed: {exc}") from exc
         finally:
             conn.close()
@@ -221,7 +205,7 @@ class Pty:
         self._events = events
         self._open_socket = open_socket
         self._auth = auth
-        self._input: Connection | None = None  # opened on first use; used by one task (the WebSocket's reader)
+        self._input: envd.Connection | None = None  # opened on first use; used by one task (the WebSocket's reader)
 
     async def output(self) -> AsyncIterator[bytes]:
         """What the shell writes, until it exits."""
@@ -242,8 +226,8 @@ class Pty:
 
     async def close(self) -> None:
         """Kill the shell (its PTY session ends with it) and close the input connection; best effort, bounded."""
-        # Http1Error / OSError: the sandbox went away; ActivatorError: it is gone or paused (from `open_socket`).
-        with contextlib.suppress(EnvdError, Http1Error, OSError, TimeoutError, ActivatorError):
+        # ExecutorError / OSError: the sandbox went away; ActivatorError: it is gone or paused (from `open_socket`).
+        with contextlib.suppress(EnvdError, ExecutorError, OSError, TimeoutError, ActivatorError):
             async with asyncio.timeout(5):
                 kill = {"process": {"pid": self.pid}, "signal": "SIGNAL_SIGKILL"}
                 await self._call("/process.Process/SendSignal", kill)
@@ -256,49 +240,45 @@ class Pty:
             if self._input is None or not self._input.reusable:
                 if self._input is not None:
                     self._input.close()
-                self._input = await Connection.open(await self._open_socket())
+                self._input = await envd.Connection.open(await self._open_socket())
             try:
                 await call_unary(self._input, method, request, self._auth, "")
                 return
-            except Http1Error as exc:
+            except ExecutorError as exc:  # the connection broke (`call_unary` raises refusals as EnvdError)
                 self._input.close()
                 if attempt == 2:
                     raise EnvdError(f"the sandbox's executor did not take the input: {exc}") from exc
 
 
-async def call_unary(conn: Connection, method: str, request: dict[str, Any], auth: dict[str, str], path: str) -> bytes:
-    """One unary Connect call on `conn`: the response body, or the executor's error raised as EnvdError."""
-    response = await _request(conn, "POST", method, auth | _UNARY, _encode(request))
-    raw = await response.read()
-    if response.status != 200:
-        raise _connect_error(raw, path)
-    return raw
+async def call_unary(
+    conn: envd.Connection, method: str, request: dict[str, Any], auth: dict[str, str], path: str
+) -> bytes:
+    """One unary Connect call on `conn`: the response body, or the executor's refusal raised as EnvdError."""
+    try:
+        async with asyncio.timeout(_CALL_DEADLINE):
+            return await envd.call_unary(conn, method, request, auth)
+    except ExecutorRefused as exc:
+        raise _refused(exc.code, exc.message, path) from exc
 
 
-async def _request(conn: Connection, method: str, target: str, headers: dict[str, str], body: bytes = b"") -> Response:
+async def _request(
+    conn: envd.Connection, method: str, target: str, headers: dict[str, str], body: bytes = b""
+) -> envd.Response:
     async with asyncio.timeout(_CALL_DEADLINE):
         return await conn.request(method, target, headers, body)
 
 
-async def _events(response: Response) -> AsyncIterator[_Event]:
+async def _events(response: envd.Response) -> AsyncIterator[_Event]:
     """The events of a server stream, as each envelope completes; an error trailer is raised as EnvdError."""
-    buffer = bytearray()
-    async for chunk in response.chunks():
-        buffer += chunk
-        while len(buffer) >= 5:
-            flags, size = struct.unpack_from(">BI", buffer)
-            if len(buffer) < 5 + size:
-                break
-            payload = bytes(buffer[5 : 5 + size])
-            del buffer[: 5 + size]
-            if flags & _END_STREAM:
-                error = _decode_trailer(payload).error
-                if error is not None:
-                    raise EnvdError(f"the executor ended the stream: {error.code}: {error.message}")
-                return
-            message = _decode_message(payload)
-            if message.event is not None:
-                yield message.event
+    async for flags, payload in envd.envelopes(response):
+        if flags & envd.END_STREAM:
+            error = envd.trailer_error(payload)
+            if error is not None:
+                raise EnvdError(f"the executor ended the stream: {error.code}: {error.message}")
+            return
+        message = _decode_message(payload)
+        if message.event is not None:
+            yield message.event
 
 
 async def _first_pid(events: AsyncIterator[_Event]) -> int:
@@ -309,17 +289,16 @@ async def _first_pid(events: AsyncIterator[_Event]) -> int:
     raise EnvdError("the executor did not report that the shell started")
 
 
-def _connect_error(raw: bytes, path: str) -> EnvdError:
-    try:
-        error = _decode_error(raw)
-    except msgspec.DecodeError:
-        error = _ConnectError(message=raw[:200].decode(errors="replace"))
-    if error.code in ("not_found", 404):
+def _refused(code: str | int, message: str, path: str) -> EnvdError:
+    if code in ("not_found", 404):
         return PathMissing(f"{path!r} does not exist in the sandbox")
-    return EnvdError(f"the executor refused the call: {error.code}: {error.message}")
+    return EnvdError(f"the executor refused the call: {code}: {message}")
 
 
 def _http_error(status: int, raw: bytes, path: str) -> EnvdError:
     if status == 404:
         return PathMissing(f"{path!r} does not exist in the sandbox")
-    return _connect_error(raw, path) if raw.startswith(b"{") else EnvdError(f"the executor answered {status}")
+    if not raw.startswith(b"{"):
+        return EnvdError(f"the executor answered {status}")
+    error = envd.decode_error(raw)
+    return _refused(error.code, error.message, path)

@@ -26,9 +26,9 @@ from activator import ActivatorError
 from gateway.ui._auth import CSRF_HEADER, connection_session
 from gateway.ui._context import SandboxIdPath, UiDep
 from gateway.ui._envd import EnvdError, Pty
-from gateway.ui._http1 import Http1Error
 from gateway.ui._sandbox_io import envd_for
 from gateway.ui._security import csrf_matches, same_origin
+from pool import ExecutorError
 
 __all__ = ["terminal"]
 
@@ -71,7 +71,7 @@ async def _bridge(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
     for task in pending:
         task.cancel()
     for task in pending:
-        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, EnvdError, ActivatorError, Http1Error):
+        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, EnvdError, ActivatorError, ExecutorError):
             await task  # cancelled: how it ended does not matter any more
     for task in done:
         task.result()  # re-raise what ended it (EnvdError is reported to the page; a disconnect ends quietly)

@@ -1,12 +1,13 @@
-"""A minimal HTTP/1.1 client over a socket already connected into a sandbox: the UI's way to reach envd.
+"""HTTP/1.1 over a socket already connected into a sandbox: how the gateway's UI and tools reach the executor.
 
-Why by hand: the socket comes from `Activator.open_upstream` (connected inside the sandbox's network namespace,
-after waking the sandbox when traffic may wake it), so a client that dials by itself cannot use it. A
-connection is kept alive between requests, so a terminal's keystrokes reuse one; requests on it are sequential
-(no pipelining). Responses are parsed with httptools, as everywhere else in the gateway, and their bodies are
-read incrementally, so a streaming RPC is consumed message by message and a download is passed on as it comes.
+Why by hand: the socket comes from the activator's `open_upstream` or a runtime's `open_socket` (connected inside
+the sandbox's network namespace, possibly after waking the sandbox), so a client that dials by itself cannot use
+it. A connection may be kept alive between requests (a terminal's keystrokes reuse one); requests on it are
+sequential (no pipelining). Responses are parsed with httptools, as everywhere else, and their bodies are read
+incrementally, so a streaming RPC is consumed message by message and a large file can be passed on as it comes
+or abandoned after its first bytes.
 
-Errors: `Http1Error` when the connection fails, closes early or answers something that is not HTTP.
+Errors: `ExecutorError` when the connection fails, closes early or answers something that is not HTTP.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ import asyncio
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
 
 import httptools
 
-__all__ = ["Connection", "Http1Error", "Response"]
+from pool._errors import ExecutorError
+
+__all__ = ["Connection", "Response", "exchange"]
 
 _READ_SIZE = 64 * 1024
-
-
-class Http1Error(Exception):
-    """The exchange with the server inside the sandbox failed."""
 
 
 class _Parsed:
@@ -52,8 +53,9 @@ class _Parsed:
 class Response:
     """A response whose head has been read; the body is read on demand."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(self, reader: asyncio.StreamReader, what: str) -> None:
         self._reader = reader
+        self._what = what  # "GET /files", for error messages
         self._parsed = _Parsed()
         self._parser = httptools.HttpResponseParser(self._parsed)
         self.status = 0
@@ -80,26 +82,38 @@ class Response:
             await self._feed()
 
     async def read(self, limit: int = 16 << 20) -> bytes:
-        """The whole body; Http1Error past `limit` bytes (envd's JSON answers are small)."""
+        """The whole body; ExecutorError past `limit` bytes (envd's JSON answers are small)."""
         body = bytearray()
         async for chunk in self.chunks():
             body += chunk
             if len(body) > limit:
-                raise Http1Error(f"the response is larger than {limit} bytes")
+                raise ExecutorError(f"the answer to {self._what} is larger than {limit} bytes")
+        return bytes(body)
+
+    async def prefix(self, limit: int) -> bytes:
+        """The body's first `limit` bytes (the rest is left unread)."""
+        body = bytearray()
+        async for chunk in self.chunks():
+            body += chunk
+            if len(body) >= limit:
+                return bytes(body[:limit])
         return bytes(body)
 
     async def _feed(self) -> None:
         try:
             data = await self._reader.read(_READ_SIZE)
             if not data:
-                raise Http1Error("the sandbox closed the connection before the response ended")
+                raise ExecutorError(f"the sandbox closed the connection in the middle of {self._what}")
             self._parser.feed_data(data)
         except (OSError, httptools.HttpParserError) as exc:
-            raise Http1Error(f"reading from the sandbox failed: {exc}") from exc
+            raise ExecutorError(f"{self._what} inside the sandbox failed: {exc}") from exc
 
 
 class Connection:
-    """One HTTP/1.1 connection; `request` may be called again once the previous response was read to its end."""
+    """One HTTP/1.1 connection; `request` may be called again once the previous response was read to its end.
+
+    As an async context manager, the connection is closed when the block ends.
+    """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
@@ -113,7 +127,7 @@ class Connection:
             reader, writer = await asyncio.open_connection(sock=sock)
         except OSError as exc:
             sock.close()
-            raise Http1Error(f"connecting into the sandbox failed: {exc}") from exc
+            raise ExecutorError(f"connecting into the sandbox failed: {exc}") from exc
         return cls(reader, writer)
 
     @property
@@ -126,18 +140,37 @@ class Connection:
 
     async def request(self, method: str, target: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
         """Send one request and return the response once its head is read."""
+        what = f"{method} {target.split('?', 1)[0]}"
         if not self.reusable:
-            raise Http1Error("the connection cannot carry another request")
+            raise ExecutorError(f"the connection cannot carry another request ({what})")
         lines = [f"{method} {target} HTTP/1.1", "Host: envd", f"Content-Length: {len(body)}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
-        response = self._last = Response(self._reader)
+        response = self._last = Response(self._reader, what)
         try:
             self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await self._writer.drain()
         except OSError as exc:
-            raise Http1Error(f"writing to the sandbox failed: {exc}") from exc
+            raise ExecutorError(f"{what} inside the sandbox failed: {exc}") from exc
         await response.read_head()
         return response
 
     def close(self) -> None:
         self._writer.close()
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@asynccontextmanager
+async def exchange(
+    sock: socket.socket, method: str, target: str, headers: Mapping[str, str], body: bytes = b""
+) -> AsyncIterator[Response]:
+    """Send one request on `sock` (`Connection: close`) and yield the response once its head is read; the socket
+    is closed after."""
+    async with await Connection.open(sock) as conn:
+        yield await conn.request(method, target, {"Connection": "close", **headers}, body)
