@@ -8,14 +8,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
 import struct
+from typing import Protocol
 
 import httptools
 import msgspec
 
-from pool import LocalRuntime
+__all__ = ["CommandResult", "SocketOpener", "run_in_sandbox"]
 
-__all__ = ["CommandResult", "run_in_sandbox"]
+
+class SocketOpener(Protocol):
+    """The one runtime call this needs (every `pool.Runtime` has it)."""
+
+    async def open_socket(self, sandbox_id: str, port: int) -> socket.socket: ...
 
 
 class CommandResult(msgspec.Struct, frozen=True):
@@ -49,7 +55,7 @@ def _envelopes(data: bytes) -> list[tuple[int, dict[str, object]]]:
 
 
 async def run_in_sandbox(
-    runtime: LocalRuntime, sandbox_id: str, command: str, *, user: str = "user", token: str | None = None
+    runtime: SocketOpener, sandbox_id: str, command: str, *, user: str = "user", token: str | None = None
 ) -> CommandResult:
     """Run `bash -l -c command` as `user` and collect its output and exit code."""
     message = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", command]}, "stdin": False}).encode()

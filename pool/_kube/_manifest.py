@@ -1,0 +1,144 @@
+"""A sandbox as Kubernetes objects: the ReplicaSet the runtime creates, and the fields it reads back.
+
+Labels (selectable): `agent-sandbox.dev/role: sandbox`, `agent-sandbox.dev/sandbox-id`, `agent-sandbox.dev/template`.
+Secrets never go into objects: the access token and the caller's env vars reach the executor through its
+`POST /init`, not the pod spec. Resources: limits are the template's; requests are a quarter of its memory and
+a tenth of a CPU, since most sandboxes sit idle most of the time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pool._executor_client import EXECUTOR_PORT
+from pool._runtime import SandboxSpec
+
+__all__ = [
+    "ID_LABEL",
+    "ROLE_LABEL",
+    "ROLE_SELECTOR",
+    "TEMPLATE_LABEL",
+    "Pod",
+    "PodList",
+    "ReplicaSetList",
+    "WatchEvent",
+    "replica_set",
+    "replica_set_name",
+]
+
+ROLE_LABEL = "agent-sandbox.dev/role"
+ID_LABEL = "agent-sandbox.dev/sandbox-id"
+TEMPLATE_LABEL = "agent-sandbox.dev/template"
+ROLE_SELECTOR = f"{ROLE_LABEL}=sandbox"
+_GRACE_SECONDS = 10  # the executor ends its processes on SIGTERM at once; this only bounds a stuck one
+
+
+def replica_set_name(sandbox_id: str) -> str:
+    return f"sandbox-{sandbox_id}"
+
+
+def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[str, ...]) -> dict[str, Any]:
+    """The ReplicaSet of one sandbox: one pod of the template's image, Ready once its executor answers."""
+    template = spec.template
+    labels = {ROLE_LABEL: "sandbox", ID_LABEL: spec.sandbox_id, TEMPLATE_LABEL: template.name}
+    resources = template.resources
+    container = {
+        "name": "executor",
+        "image": image_prefix + template.name,
+        "args": list(executor_args),
+        "env": [{"name": name, "value": value} for name, value in template.env.items()],
+        "ports": [{"name": "envd", "containerPort": EXECUTOR_PORT}],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": f"{max(resources.memory_mb // 4, 32)}Mi"},
+            "limits": {
+                "cpu": str(resources.cpu_count),
+                "memory": f"{resources.memory_mb}Mi",
+                "ephemeral-storage": f"{resources.disk_mb}Mi",
+            },
+        },
+        "readinessProbe": {"httpGet": {"path": "/health", "port": EXECUTOR_PORT}, "periodSeconds": 5},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": replica_set_name(spec.sandbox_id), "labels": labels, "annotations": {}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {ID_LABEL: spec.sandbox_id}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [container],
+                    "terminationGracePeriodSeconds": _GRACE_SECONDS,
+                    "automountServiceAccountToken": False,  # a sandbox has no business with the API
+                    "enableServiceLinks": False,
+                },
+            },
+        },
+    }
+
+
+class _Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    name: str = ""
+    labels: dict[str, str] = {}
+    resource_version: str = ""
+    deletion_timestamp: str | None = None
+
+
+class _Condition(msgspec.Struct, frozen=True, kw_only=True):
+    type: str
+    status: str
+
+
+class _PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pod_ip: str = msgspec.field(default="", name="podIP")
+    conditions: list[_Condition] = []
+
+
+class Pod(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of a pod the runtime reads."""
+
+    metadata: _Meta
+    status: _PodStatus = _PodStatus()
+
+    @property
+    def sandbox_id(self) -> str | None:
+        return self.metadata.labels.get(ID_LABEL)
+
+    @property
+    def ready_ip(self) -> str | None:
+        """The pod's IP once it is Ready (its executor answers) and not being deleted."""
+        ready = any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+        alive = self.metadata.deletion_timestamp is None
+        return self.status.pod_ip if ready and alive and self.status.pod_ip else None
+
+
+class _ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    resource_version: str = ""
+
+
+class PodList(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: _ListMeta
+    items: list[Pod] = []
+
+
+class _ReplicaSetSpec(msgspec.Struct, frozen=True, kw_only=True):
+    replicas: int = 1
+
+
+class _ReplicaSet(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: _Meta
+    spec: _ReplicaSetSpec = _ReplicaSetSpec()
+
+
+class ReplicaSetList(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[_ReplicaSet] = []
+
+
+class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a watch: ADDED, MODIFIED, DELETED, BOOKMARK (objects), or ERROR (a Status)."""
+
+    type: str
+    object: msgspec.Raw

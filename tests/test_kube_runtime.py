@@ -1,0 +1,157 @@
+"""The kubernetes runtime against the real apiserver, controller-manager and stand-in kubelet of the dev cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gateway._settings import DEFAULT_TEMPLATES
+from pool import ExecutorInit, PortClosed, RuntimeFailure, SandboxGone, SandboxSpec, Template, load_templates
+from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
+from tests import kube_fixtures
+from tests.kube_fixtures import Kube, free_port, wait_for
+from tests.sandbox_exec import run_in_sandbox
+
+kube = kube_fixtures.kube
+kube_namespace = kube_fixtures.kube_namespace
+
+pytestmark = pytest.mark.timeout(180)
+
+BASE = load_templates(DEFAULT_TEMPLATES)["base"]
+Scenario = Callable[[KubernetesRuntime], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def kube_runtime(kubeconfig: Path, namespace: str) -> AsyncIterator[KubernetesRuntime]:
+    # The dev cluster runs executors on the host, which has no `user` account: sandboxes run as root there.
+    runtime = KubernetesRuntime(
+        KubeApi(load_kubeconfig(kubeconfig)), KubeSettings(namespace=namespace, sandbox_user="root")
+    )
+    try:
+        yield runtime
+    finally:
+        await runtime.aclose()
+
+
+def _run(kube: Kube, namespace: str, scenario: Scenario) -> None:
+    async def main() -> None:
+        async with kube_runtime(kube.kubeconfig, namespace) as runtime:
+            await scenario(runtime)
+
+    asyncio.run(main())
+
+
+def spec(sandbox_id: str, template: Template = BASE, token: str | None = None) -> SandboxSpec:
+    return SandboxSpec(sandbox_id=sandbox_id, template=template, init=ExecutorInit(access_token=token))
+
+
+async def _health(runtime: KubernetesRuntime, sandbox_id: str) -> bytes:
+    reader, writer = await asyncio.open_connection(sock=await runtime.open_socket(sandbox_id, 49983))
+    writer.write(b"GET /health HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n\r\n")
+    try:
+        return await reader.read()
+    finally:
+        writer.close()
+
+
+def _pod_ip(kube: Kube, namespace: str, sandbox_id: str) -> str:
+    with kube.client() as client:
+        params = {"labelSelector": f"agent-sandbox.dev/sandbox-id={sandbox_id}"}
+        pods = client.get(f"/api/v1/namespaces/{namespace}/pods", params=params).json()["items"]
+    assert len(pods) == 1
+    return str(pods[0]["status"]["podIP"])
+
+
+def _executor_running_at(ip: str) -> bool:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            if b"executor" in argv and ip.encode() in argv:
+                return True
+    return False
+
+
+def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_namespace: str) -> None:
+    async def scenario(rt: KubernetesRuntime) -> None:
+        await rt.start(spec("hello", token="tok-never-in-objects"))
+        assert rt.is_running("hello")
+        assert (await _health(rt, "hello")).startswith(b"HTTP/1.1 204")
+        result = await run_in_sandbox(rt, "hello", "echo hi; id -un", user="root", token="tok-never-in-objects")
+        assert (result.exit_code, result.stdout.split()) == (0, ["hi", "root"])
+        assert (await rt.stats("hello")).mem_total > 0
+
+    _run(kube, kube_namespace, scenario)
+    replica_set = kube.kubectl("get", "replicaset", "sandbox-hello", "-n", kube_namespace, "-o", "json")
+    labels = msgspec.json.decode(replica_set)["metadata"]["labels"]
+    assert labels == {
+        "agent-sandbox.dev/role": "sandbox",
+        "agent-sandbox.dev/sandbox-id": "hello",
+        "agent-sandbox.dev/template": "base",
+    }
+    pods = kube.kubectl("get", "pods", "-n", kube_namespace, "-o", "json")
+    assert "tok-never-in-objects" not in replica_set + pods
+
+
+def test_start_runs_the_template_commands_and_waits_for_their_ports(kube: Kube, kube_namespace: str) -> None:
+    port = free_port()
+    server = msgspec.structs.replace(BASE, start=(f"exec python3 -m http.server --bind 0.0.0.0 {port}",), ports=(port,))
+
+    async def scenario(rt: KubernetesRuntime) -> None:
+        await rt.start(spec("withport", server))
+        (await rt.open_socket("withport", port)).close()
+        with pytest.raises(PortClosed):
+            await rt.open_socket("withport", free_port())
+        await rt.stop("withport")
+
+    _run(kube, kube_namespace, scenario)
+
+
+def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_namespace: str) -> None:
+    ips: list[str] = []
+
+    async def scenario(rt: KubernetesRuntime) -> None:
+        await rt.start(spec("goner"))
+        ips.append(_pod_ip(kube, kube_namespace, "goner"))
+        assert _executor_running_at(ips[0])
+        await rt.stop("goner")
+        await rt.stop("goner")  # idempotent
+        assert not rt.is_running("goner")
+        with pytest.raises(SandboxGone):
+            await rt.open_socket("goner", 49983)
+
+    _run(kube, kube_namespace, scenario)
+    assert kube.kubectl("get", "replicasets,pods", "-n", kube_namespace, "-o", "name") == ""
+    wait_for(lambda: not _executor_running_at(ips[0]), what="the executor process to end", timeout=10)
+
+
+def test_a_new_runtime_recovers_running_sandboxes(kube: Kube, kube_namespace: str) -> None:
+    async def main() -> None:
+        async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
+            await first.start(spec("survivor"))
+        async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
+            assert not second.is_running("survivor")
+            assert await second.recover() == {"survivor"}
+            assert (await _health(second, "survivor")).startswith(b"HTTP/1.1 204")
+            await second.stop("survivor")
+
+    asyncio.run(main())
+
+
+def test_pause_and_snapshots_say_they_are_not_available_yet(kube: Kube, kube_namespace: str) -> None:
+    async def scenario(rt: KubernetesRuntime) -> None:
+        with pytest.raises(SandboxGone):
+            await rt.freeze("nosuch")
+        await rt.start(spec("frozen"))
+        for call in (rt.freeze, rt.thaw, rt.snapshot):
+            with pytest.raises(RuntimeFailure, match="not available on the kubernetes runtime yet"):
+                await call("frozen")
+        assert not rt.snapshot_keeps_processes("frozen")
+        assert rt.is_running("frozen")
+        await rt.stop("frozen")
+
+    _run(kube, kube_namespace, scenario)
