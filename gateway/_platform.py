@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -15,11 +16,27 @@ from activator import Activator, ActivatorSettings, ApiKeys, McpServer, SandboxU
 from gateway._http_proxy import UpstreamConnection
 from gateway._settings import ServeSettings
 from gateway._upstream import UpstreamPool
-from pool import LocalRuntime, LocalRuntimeSettings, Template, WarmPools, load_templates
+from pool import (
+    LocalRuntime,
+    LocalRuntimeSettings,
+    PoolError,
+    Runtime,
+    RuntimeCapabilities,
+    Template,
+    WarmPools,
+    load_templates,
+    open_kube_runtime,
+)
 
 __all__ = ["Platform", "open_platform"]
 
 _log = logging.getLogger("agent-sandbox")
+
+
+class ServerRuntime(Runtime, Protocol):
+    """A runtime the server can run on: `local` or `kubernetes` (`--runtime`)."""
+
+    def capabilities(self) -> RuntimeCapabilities: ...
 
 
 class Platform(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +46,7 @@ class Platform(msgspec.Struct, frozen=True, kw_only=True):
     templates: dict[str, Template]
     store: Store
     keys: ApiKeys
-    runtime: LocalRuntime
+    runtime: ServerRuntime
     activator: Activator
     upstreams: UpstreamPool[UpstreamConnection]
     mcp: McpServer
@@ -51,14 +68,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         store = await Store.open(settings.data_dir / "state.db")
         stack.push_async_callback(store.close)
-        runtime = LocalRuntime(
-            LocalRuntimeSettings(
-                data_dir=settings.data_dir, image_cache=settings.image_cache, executor_source=settings.executor_source
-            ),
-            parent_cgroup=settings.cgroup_name,
-        )
-        stack.callback(runtime.close)
-        await _build_missing_images(runtime, templates)
+        runtime = await _open_runtime(stack, settings, templates)
         upstreams: UpstreamPool[UpstreamConnection] = UpstreamPool()
         stack.callback(upstreams.close)
         pools = _warm_pools(runtime, templates, settings)
@@ -71,7 +81,8 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
             if not pools.forget(sandbox_id):  # a warm sandbox has no record to update
                 await activator.sandbox_exited(sandbox_id)
 
-        runtime.set_exit_listener(on_exit)
+        if isinstance(runtime, LocalRuntime):  # kubernetes: a pod that ends is replaced by its ReplicaSet
+            runtime.set_exit_listener(on_exit)
         await activator.recover()
         for task in (asyncio.create_task(activator.run_reaper()), asyncio.create_task(pools.run())):
             stack.push_async_callback(_cancel, task)
@@ -86,7 +97,30 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         )  # fmt: skip
 
 
-def _warm_pools(runtime: LocalRuntime, templates: dict[str, Template], settings: ServeSettings) -> WarmPools:
+async def _open_runtime(
+    stack: AsyncExitStack, settings: ServeSettings, templates: dict[str, Template]
+) -> ServerRuntime:
+    if settings.runtime == "kubernetes":
+        try:
+            kube = open_kube_runtime(
+                settings.kubeconfig, os.environ, namespace=settings.namespace, sandbox_user=settings.kube_sandbox_user
+            )
+        except PoolError as exc:
+            raise SystemExit(f"agent-sandbox: --runtime kubernetes: {exc}") from exc
+        stack.push_async_callback(kube.aclose)
+        return kube
+    local = LocalRuntime(
+        LocalRuntimeSettings(
+            data_dir=settings.data_dir, image_cache=settings.image_cache, executor_source=settings.executor_source
+        ),
+        parent_cgroup=settings.cgroup_name,
+    )
+    stack.callback(local.close)
+    await _build_missing_images(local, templates)
+    return local
+
+
+def _warm_pools(runtime: ServerRuntime, templates: dict[str, Template], settings: ServeSettings) -> WarmPools:
     try:
         return WarmPools(runtime, templates, new_id=new_sandbox_id, targets=settings.warm)
     except ValueError as exc:

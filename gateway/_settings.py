@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -31,6 +32,10 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_held: int = 10_000  # requests held for waking sandboxes at once, in total; past it 503 + Retry-After
     hold_deadline: float = 60.0  # seconds a held request waits for its sandbox; past it 504
     warm: dict[str, int] = {}  # ready sandboxes kept per template, over the templates' own `warm`
+    runtime: Literal["local", "kubernetes"] = "local"
+    kubeconfig: Path | None = None  # kubernetes: None means in-cluster (the pod's ServiceAccount)
+    namespace: str | None = None  # kubernetes: None means the kubeconfig's (or the pod's) namespace, else "default"
+    kube_sandbox_user: Literal["user", "root"] | None = None  # kubernetes: over every template's user (dev cluster)
 
     @property
     def cgroup_name(self) -> str:

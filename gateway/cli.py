@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
 from gateway._settings import ServeSettings
 
 __all__ = ["main"]
@@ -37,6 +38,25 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", type=Path, default=_env_default("data_dir", defaults.data_dir),
         help="state: database, API key file, sandbox directories (env AGENT_SANDBOX_DATA_DIR; default %(default)s)",
+    )  # fmt: skip
+
+
+def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
+    serve.add_argument(
+        "--runtime", choices=["local", "kubernetes"], default=_env_default("runtime", defaults.runtime),
+        help="where sandboxes run: this machine, or ReplicaSets in a Kubernetes namespace (default %(default)s)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--kubeconfig", type=Path, default=_env_default("kubeconfig", None),
+        help="kubernetes: the kubeconfig to use (default: in-cluster, the pod's ServiceAccount)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--namespace", default=_env_default("namespace", None),
+        help="kubernetes: the namespace of the sandboxes (default: the kubeconfig's or the pod's, else 'default')",
+    )  # fmt: skip
+    serve.add_argument(
+        "--kube-sandbox-user", choices=["user", "root"], default=_env_default("kube_sandbox_user", None),
+        help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)",
     )  # fmt: skip
 
 
@@ -93,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         "--hold-deadline", type=float, default=_env_default("hold_deadline", defaults.hold_deadline),
         help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)",
     )  # fmt: skip
+    _add_runtime(serve, defaults)
 
     keys = commands.add_parser("keys", help="create, list and revoke API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
@@ -117,11 +138,14 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("names", nargs="*")
     build.add_argument("--image-cache", type=Path, default=_env_default("image_cache", defaults.image_cache))
     build.add_argument("--templates", type=Path, default=_env_default("templates", defaults.templates))
+    add_deploy_arguments(commands.add_parser("deploy", help=DEPLOY_HELP))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "deploy":  # a client of a running server: no root needed
+        sys.exit(run_deploy(args))
     if os.geteuid() != 0:
         sys.exit("agent-sandbox must run as root: it creates namespaces, cgroups and overlay mounts")
     match args.command:
@@ -136,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     tls_cert=args.tls_cert and Path(args.tls_cert), tls_key=args.tls_key and Path(args.tls_key),
                     pause_after=args.pause_after, snapshot_after=args.snapshot_after,
                     max_held=int(args.max_held), hold_deadline=float(args.hold_deadline), warm=dict(args.warm),
+                    runtime=args.runtime, kubeconfig=args.kubeconfig and Path(args.kubeconfig),
+                    namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
                 )
             )  # fmt: skip
         case "keys":

@@ -1,7 +1,18 @@
 """Where sandboxes come from: templates, their images, and the runtimes that run them."""
 
-from pool._errors import ImageBuildError, PoolError, PortClosed, RuntimeFailure, SandboxGone
+from pool import _envd as envd  # the executor's client: `envd.Connection`, `envd.exchange`, `envd.call_unary`, ...
+from pool._autostart import AUTOSTART_ENV, AUTOSTART_FILE, AUTOSTART_TAG, Autostart
+from pool._errors import (
+    ExecutorError,
+    ExecutorRefused,
+    ImageBuildError,
+    PoolError,
+    PortClosed,
+    RuntimeFailure,
+    SandboxGone,
+)
 from pool._executor_client import post_init
+from pool._kube import KubernetesRuntime, KubeSettings, open_kube_runtime
 from pool._local import LocalRuntime, LocalRuntimeSettings
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
@@ -19,10 +30,18 @@ from pool._templates import Resources, Template, TemplateError, load_templates
 from pool._warm import WarmPools, WarmPoolStats, WarmRuntime
 
 __all__ = [
+    "AUTOSTART_ENV",
+    "AUTOSTART_FILE",
+    "AUTOSTART_TAG",
     "DEFAULT_CRIU_DIR",
+    "Autostart",
+    "ExecutorError",
     "ExecutorInit",
+    "ExecutorRefused",
     "ImageBuildError",
     "ImageStore",
+    "KubeSettings",
+    "KubernetesRuntime",
     "LocalRuntime",
     "LocalRuntimeSettings",
     "PlatformCheck",
@@ -43,6 +62,8 @@ __all__ = [
     "WarmPools",
     "WarmRuntime",
     "check_platform",
+    "envd",
     "load_templates",
+    "open_kube_runtime",
     "post_init",
 ]

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import socket
 import struct
+import urllib.parse
 
 import httptools
 import msgspec
@@ -13,7 +14,7 @@ import msgspec
 from pool._errors import RuntimeFailure
 from pool._runtime import ExecutorInit
 
-__all__ = ["EXECUTOR_PORT", "post_init", "start_process"]
+__all__ = ["EXECUTOR_PORT", "post_init", "read_file", "start_process"]
 
 EXECUTOR_PORT = 49983  # fixed by E2B's envd protocol, in every runtime
 _encoder = msgspec.json.Encoder()
@@ -80,6 +81,21 @@ async def start_process(sock: socket.socket, command: str, *, tag: str, user: st
     return event.start.pid
 
 
+async def read_file(sock: socket.socket, path: str, *, user: str, token: str | None, limit: int) -> bytes | None:
+    """A file's content (envd's `GET /files`, `path` relative to `user`'s home), or None when it does not exist.
+
+    RuntimeFailure when the executor refuses, or the file is larger than `limit` bytes (nothing more is read).
+    """
+    query = urllib.parse.urlencode({"path": path, "username": user})
+    head = f"GET /files?{query} HTTP/1.1\r\n"
+    status, body = await _exchange(sock, head, b"", token, first_envelope=False, limit=limit)
+    if status == 404:
+        return None
+    if status != 200:
+        raise RuntimeFailure(f"executor refused GET /files {path}: {status} {body[:300].decode(errors='replace')}")
+    return body
+
+
 class _FirstEnvelope:
     """httptools callbacks: the body's first Connect envelope (5-byte header + message), or the whole body."""
 
@@ -98,9 +114,10 @@ class _FirstEnvelope:
 
 
 async def _exchange(
-    sock: socket.socket, head: str, body: bytes, token: str | None, *, first_envelope: bool
+    sock: socket.socket, head: str, body: bytes, token: str | None, *, first_envelope: bool, limit: int = 1 << 20
 ) -> tuple[int, bytes]:
-    """Send one request and read its status and its body (or the body's first envelope), bounded."""
+    """Send one request and read its status and its body (or the body's first envelope), bounded in time and
+    to `limit` bytes of body."""
     token_line = f"X-Access-Token: {token}\r\n" if token else ""
     request = f"{head}Host: executor\r\n{token_line}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     reader, writer = await asyncio.open_connection(sock=sock)
@@ -111,6 +128,8 @@ async def _exchange(
             writer.write(request.encode() + body)
             while not collector.done and (chunk := await reader.read(65536)):
                 parser.feed_data(chunk)
+                if len(collector.body) > limit:
+                    raise RuntimeFailure(f"executor answered {head.split(' ', 2)[1]} with more than {limit} bytes")
     except (OSError, TimeoutError, httptools.HttpParserError) as exc:
         raise RuntimeFailure(f"executor did not answer {head.split(' ', 2)[1]}: {exc!r}") from exc
     finally:

@@ -101,7 +101,8 @@ class Runtime(Protocol):
         """Whether a snapshot now would lose nothing that a restore cannot bring back.
 
         True where snapshots keep memory (CRIU), or when only the template's own processes run (its
-        executor and start commands, which a restore starts again). The idle policy snapshots only then.
+        executor, start commands and the sandbox's autostart command, which a restore starts again). The idle
+        policy snapshots only then.
         """
 
     async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
@@ -110,8 +111,9 @@ class Runtime(Protocol):
     async def restore(self, spec: SandboxSpec) -> None:
         """Bring a snapshotted sandbox back to running; return once its executor (and template ports) answer.
 
-        After a filesystem snapshot the executor starts afresh: `spec.init` is applied and the template's
-        start commands run again. Does nothing when the sandbox runs; `SandboxGone` when it is unknown.
+        After a filesystem snapshot the executor starts afresh: `spec.init` is applied, the template's
+        start commands run again, and so does the sandbox's autostart command (`pool._autostart`). Does
+        nothing when the sandbox runs; `SandboxGone` when it is unknown.
         """
 
     def is_snapshotted(self, sandbox_id: str) -> bool:

@@ -3,8 +3,10 @@
 The template's own processes are the executor (pid 1 inside) and its start commands with everything they
 started, which a filesystem restore starts again. The executor starts each command in a process group of
 its own, so a start command's descendants are recognised by their process group, or by ancestry when one
-left the group. Something that left both (`setsid` and a dead parent) counts as the user's: the careful
-answer, since it only keeps a sandbox paused rather than snapshotted. The outer bubblewrap process shares
+left the group. The sandbox's autostart command (`pool._autostart`) counts as the template's too, whoever
+started it: it and its children carry `AGENT_SANDBOX_AUTOSTART=1` in their environment, and a restore starts
+it again. Something that left both (`setsid` and a dead parent) without that mark counts as the user's: the
+careful answer, since it only keeps a sandbox paused rather than snapshotted. The outer bubblewrap process shares
 the sandbox's cgroups but not its pid namespace, and is not part of the sandbox. (A finished start
 command's pid taken again by a user's process would pass for the template's; pids inside are reused only
 once they wrap at pid_max.)
@@ -14,7 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pool._autostart import AUTOSTART_ENV
+
 __all__ = ["foreign_processes"]
+
+_AUTOSTART_MARK = f"{AUTOSTART_ENV}=1".encode()
 
 
 class _Proc:
@@ -35,7 +41,10 @@ def foreign_processes(host_pids: Iterable[int], start_pids: Iterable[int]) -> li
     return [
         pid
         for pid, proc in procs.items()
-        if proc.inner_pid != 1 and proc.inner_pgid not in starts and not _descends(pid, procs, starts)
+        if proc.inner_pid != 1
+        and proc.inner_pgid not in starts
+        and not _descends(pid, procs, starts)
+        and not _autostarted(pid)
     ]
 
 
@@ -50,6 +59,15 @@ def _descends(pid: int, procs: dict[int, _Proc], starts: set[int]) -> bool:
             return True
         pid = proc.ppid
     return False
+
+
+def _autostarted(pid: int) -> bool:
+    """Whether the process runs with the autostart mark in its environment (as it was at exec)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return _AUTOSTART_MARK in f.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _read(pid: int) -> _Proc | None:

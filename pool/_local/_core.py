@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from pool._autostart import run_autostart
 from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGone
 from pool._local._cgroups import SandboxCgroup, cgroup_root_for
 from pool._local._criu import DEFAULT_CRIU_DIR
@@ -116,10 +117,15 @@ class LocalSandboxes:
         await launch(box, layers, seccomp=self._seccomp, within=self._settings.start_timeout)
         self._adopt(box)
 
-    async def _bring_up(self, box: Sandbox, spec: SandboxSpec) -> None:
-        """/init, the template's start commands (their pids recorded for the census), its ports."""
+    async def _bring_up(self, box: Sandbox, spec: SandboxSpec, *, autostart: bool = False) -> None:
+        """/init, the template's start commands (their pids recorded for the census), its ports; then, when
+        asked (a restore from files), the sandbox's own autostart command and its ports."""
         connect = functools.partial(self.open_socket, spec.sandbox_id)
-        box.set_start_pids(await bring_up(connect, spec, ports_timeout=self._settings.ports_timeout))
+        timeout = self._settings.ports_timeout
+        pids = await bring_up(connect, spec, ports_timeout=timeout)
+        if autostart:
+            pids += await run_autostart(connect, spec, ports_timeout=timeout)
+        box.set_start_pids(pids)
 
     def _adopt(self, box: Sandbox) -> None:
         """Make a sandbox whose pid 1 runs (started, restored or re-found) reachable, and watch for its end."""

@@ -3,8 +3,9 @@
 `snapshot` records the intent (`snapshot.json`) first, checkpoints with CRIU when the start-up trial passed,
 and otherwise (or when the dump fails) just kills the processes: the writable layer stays either way.
 `restore` brings the memory image back, or starts the sandbox again over its files (same uid slot, same
-pinned layers) and re-runs `/init` and the template's start commands. The record goes only once the sandbox
-runs again, so a crash at any point leaves a state `recover` can finish or undo (`_snapshots.settle`).
+pinned layers) and re-runs `/init`, the template's start commands and the sandbox's own autostart command
+(`pool._autostart`). The record goes only once the sandbox runs again, so a crash at any point leaves a state
+`recover` can finish or undo (`_snapshots.settle`).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class LocalRuntime(LocalSandboxes):
                 await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
             else:
                 await self._launch(box, layers)
-                await self._bring_up(box, spec)
+                await self._bring_up(box, spec, autostart=True)
         except BaseException:
             self._sandboxes.pop(sandbox_id, None)
             box.stopping = True
