@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -20,6 +19,7 @@ from activator import (
     SandboxState,
     Store,
 )
+from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request, template
 
 pytestmark = pytest.mark.anyio
@@ -27,23 +27,7 @@ pytestmark = pytest.mark.anyio
 WAKES = Lifecycle(on_timeout="pause", auto_resume=True)
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def runtime() -> FakeRuntime:
-    runtime = FakeRuntime()
-    runtime.listening.add(8080)
-    return runtime
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+store, runtime, clock = fakes.store, fakes.runtime, fakes.clock  # the shared fixtures, bound by name for pytest
 
 
 def held(runtime: FakeRuntime, method: str) -> asyncio.Event:

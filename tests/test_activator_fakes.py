@@ -1,12 +1,17 @@
-"""Test doubles for the activator's unit tests: an in-memory runtime, a hand-driven clock, a template."""
+"""Test doubles for the activator's unit tests: an in-memory runtime, a hand-driven clock, a template.
+
+(Bind the fixtures in a test module with `store = fakes.store`: pytest finds fixtures by module names.)
+"""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from activator import Activator, ActivatorSettings, CreateRequest, Store
 from pool import (
@@ -159,3 +164,24 @@ def activator(
 def request(**changes: Any) -> CreateRequest:
     """A create request for the `base` template with a 300 s timeout."""
     return msgspec.structs.replace(CreateRequest(template="base", timeout=300.0), **changes)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh SQLite store in the test's temporary directory."""
+    store = await Store.open(tmp_path / "state.sqlite")
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def runtime() -> FakeRuntime:
+    """A fake runtime whose sandboxes listen on port 8080."""
+    runtime = FakeRuntime()
+    runtime.listening.add(8080)
+    return runtime
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()

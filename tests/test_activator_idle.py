@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from activator import Activator, SandboxState, Store
+from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request, template
 
 pytestmark = pytest.mark.anyio
@@ -17,23 +16,7 @@ pytestmark = pytest.mark.anyio
 RUNNING, PAUSED, SNAPSHOTTED = SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.SNAPSHOTTED
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def runtime() -> FakeRuntime:
-    runtime = FakeRuntime()
-    runtime.listening.add(8080)
-    return runtime
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+store, runtime, clock = fakes.store, fakes.runtime, fakes.clock  # the shared fixtures, bound by name for pytest
 
 
 def idle_activator(store: Store, runtime: FakeRuntime, clock: Clock, **settings: Any) -> Activator:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from activator import KEY_PATTERN, ApiKeys, Store
+from tests import test_activator_fakes as fakes
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
-    yield store
-    await store.close()
+store = fakes.store  # the shared fixture, bound by name for pytest
 
 
 async def test_created_keys_have_the_e2b_shape_and_verify(store: Store) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -19,26 +17,13 @@ from activator import (
     TemplateNotFound,
 )
 from pool import SnapshotInfo
+from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request, template
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def runtime() -> FakeRuntime:
-    return FakeRuntime()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+store, runtime, clock = fakes.store, fakes.runtime, fakes.clock  # the shared fixtures, bound by name for pytest
 
 
 class TestCreate:

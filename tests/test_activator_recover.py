@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from msgspec.structs import replace
 
 from activator import SandboxNotFound, SandboxRecord, SandboxState, Store
 from activator._transitions import IdleFreeze
+from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def runtime() -> FakeRuntime:
-    runtime = FakeRuntime()
-    runtime.listening.add(8080)
-    return runtime
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+store, runtime, clock = fakes.store, fakes.runtime, fakes.clock  # the shared fixtures, bound by name for pytest
 
 
 async def stored(store: Store, record: SandboxRecord, **changes: object) -> SandboxRecord:

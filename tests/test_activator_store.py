@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from activator import Activator, InvalidRequest, SandboxState, Store
+from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+store, clock = fakes.store, fakes.clock  # the shared fixtures, bound by name for pytest
 
 
 @pytest.fixture

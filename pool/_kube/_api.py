@@ -1,7 +1,9 @@
 """A small async client for the Kubernetes API over httpx, its errors re-raised as pool errors.
 
-The typed Kubernetes clients are not usable under mypy --strict (`kubernetes_asyncio` has no annotations);
-the runtime makes a handful of calls, each a few lines of plain HTTP.
+The typed Kubernetes clients are not usable under mypy --strict (`kubernetes_asyncio` has no annotations),
+and the synchronous `kubernetes` client fails to decode the Status a 1.20 apiserver answers to a Binding;
+the runtime (and the dev cluster's stand-in kubelet, `pool._kube_dev`) make a handful of calls, each a few
+lines of plain HTTP.
 
     RuntimeFailure          (pool) the apiserver could not be reached
     └── KubeApiError        the apiserver answered with an error status (`status`: 404, 409, 410, ...)

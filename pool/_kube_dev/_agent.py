@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 
-import httpx
-
+from pool._errors import RuntimeFailure
+from pool._kube import Connection, KubeApi
 from pool._kube_dev._addresses import LoopbackAddresses
-from pool._kube_dev._api import ApiError, KubeClient
 from pool._kube_dev._context import NodeContext
 from pool._kube_dev._kubelet import Kubelet
 from pool._kube_dev._layout import ClusterLayout
@@ -39,7 +39,9 @@ async def _main(layout: ClusterLayout, tracker: ProcessTracker) -> int:
     loop = asyncio.get_running_loop()
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, stop.set)
-    client = KubeClient(layout.server, read_token(layout, "agent-sandbox-dev-kubelet"), layout.pki / "ca.crt")
+    token = read_token(layout, "agent-sandbox-dev-kubelet")
+    verify = ssl.create_default_context(cafile=layout.pki / "ca.crt")
+    client = KubeApi(Connection(server=layout.server, verify=verify, token=token))
     kubelet = Kubelet(NodeContext(client, layout, LoopbackAddresses(layout.pod_network), tracker))
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -59,13 +61,13 @@ async def _main(layout: ClusterLayout, tracker: ProcessTracker) -> int:
     return 0
 
 
-async def _register(client: KubeClient, name: str, stop: asyncio.Event) -> bool:
+async def _register(client: KubeApi, name: str, stop: asyncio.Event) -> bool:
     """Register the node, retrying while the apiserver starts; False if told to stop first."""
     while not stop.is_set():
         try:
             await register_node(client, name)
             return True
-        except (ApiError, httpx.HTTPError) as exc:
+        except RuntimeFailure as exc:
             logger.info("waiting for the apiserver: %r", exc)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(0.2):

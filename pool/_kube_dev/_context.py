@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pool._kube import KubeApi
 from pool._kube_dev._addresses import LoopbackAddresses
-from pool._kube_dev._api import KubeClient
 from pool._kube_dev._layout import ClusterLayout
 from pool._kube_dev._tracking import ProcessTracker
 
@@ -16,7 +16,7 @@ __all__ = ["NodeContext"]
 class NodeContext:
     """Shared by the kubelet's tasks; `addresses` is mutated only on the event loop, so needs no lock."""
 
-    client: KubeClient
+    client: KubeApi
     layout: ClusterLayout
     addresses: LoopbackAddresses
     tracker: ProcessTracker

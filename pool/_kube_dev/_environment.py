@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import re
 
-from pool._kube_dev._api import ApiError, KubeClient
+import msgspec
+
+from pool._kube import KubeApi, KubeApiError
 from pool._kube_dev._convention import expand
 from pool._kube_dev._objects import Container, EnvVarSource, KeySelector, Pod
 
@@ -22,7 +24,7 @@ _META_KEY = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 class _Sources:
     """ConfigMap and Secret data fetched once per container start (None: the object does not exist)."""
 
-    def __init__(self, client: KubeClient, namespace: str) -> None:
+    def __init__(self, client: KubeApi, namespace: str) -> None:
         self._client = client
         self._namespace = namespace
         self._cache: dict[tuple[str, str], dict[str, str] | None] = {}
@@ -34,12 +36,12 @@ class _Sources:
 
     async def _fetch(self, kind: str, name: str) -> dict[str, str] | None:
         try:
-            obj = await self._client.json("GET", f"/api/v1/namespaces/{self._namespace}/{kind}/{name}")
-        except ApiError as exc:
+            raw = await self._client.call("GET", f"/api/v1/namespaces/{self._namespace}/{kind}/{name}")
+        except KubeApiError as exc:
             if exc.status == 404:
                 return None
             raise
-        data: dict[str, str] = obj.get("data") or {}
+        data: dict[str, str] = msgspec.json.decode(raw).get("data") or {}
         if kind == "secrets":
             return {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
         return data
@@ -82,7 +84,7 @@ async def _value_from(source: EnvVarSource, pod: Pod, pod_ip: str, sources: _Sou
     return None
 
 
-async def container_env(client: KubeClient, pod: Pod, container: Container, pod_ip: str) -> dict[str, str]:
+async def container_env(client: KubeApi, pod: Pod, container: Container, pod_ip: str) -> dict[str, str]:
     """The environment for `container`; raises LookupError when a required ConfigMap/Secret key is missing."""
     sources = _Sources(client, pod.metadata.namespace)
     env: dict[str, str] = {**_BASE, "HOSTNAME": pod.metadata.name}

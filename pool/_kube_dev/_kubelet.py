@@ -13,10 +13,10 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-import httpx
 import msgspec
 
-from pool._kube_dev._api import ApiError
+from pool._errors import RuntimeFailure
+from pool._kube import KubeApiError
 from pool._kube_dev._context import NodeContext
 from pool._kube_dev._objects import Pod, PodList, WatchEvent
 from pool._kube_dev._pod_worker import PodWorker, finish_deletion
@@ -44,7 +44,7 @@ class Kubelet:
         while True:
             try:
                 await self._sync_once()
-            except (ApiError, httpx.HTTPError, msgspec.DecodeError) as exc:
+            except (RuntimeFailure, msgspec.DecodeError) as exc:
                 logger.warning("pod sync: %r; relisting in 1 s", exc)
                 await asyncio.sleep(1.0)
 
@@ -55,7 +55,7 @@ class Kubelet:
         await asyncio.gather(*(task for _, task in self._workers.values()), return_exceptions=True)
 
     async def _sync_once(self) -> None:
-        listing = _pod_list.decode((await self._node.client.request("GET", "/api/v1/pods")).content)
+        listing = _pod_list.decode(await self._node.client.call("GET", "/api/v1/pods"))
         listed = {pod.metadata.uid for pod in listing.items}
         for uid, (worker, _) in list(self._workers.items()):
             if uid not in listed:
@@ -111,13 +111,13 @@ class Kubelet:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta.name, "uid": meta.uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self._node.layout.node_name}}  # fmt: skip
         try:
-            await self._node.client.request(
+            await self._node.client.call(
                 "POST", f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/binding", body=body
             )
-        except ApiError as exc:
+        except KubeApiError as exc:
             if exc.status not in (404, 409):
                 logger.warning("pod %s: binding failed: %s", pod.key, exc)
-        except httpx.HTTPError as exc:
+        except RuntimeFailure as exc:
             logger.warning("pod %s: binding failed: %r", pod.key, exc)
         finally:
             self._binding.discard(meta.uid)

@@ -10,9 +10,8 @@ import asyncio
 import logging
 import platform
 
-import httpx
-
-from pool._kube_dev._api import ApiError, KubeClient
+from pool._errors import RuntimeFailure
+from pool._kube import KubeApi, KubeApiError
 from pool._kube_dev._status import now
 
 __all__ = ["heartbeat", "register_node"]
@@ -23,22 +22,22 @@ HEARTBEAT_SECONDS = 10.0
 _CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "1000", "ephemeral-storage": "100Gi"}
 
 
-async def register_node(client: KubeClient, name: str) -> None:
+async def register_node(client: KubeApi, name: str) -> None:
     """Create the Node (or keep the existing one), drop the not-ready taint admission put on it, mark it Ready."""
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "agent-sandbox.dev/stand-in": "true"}
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
     try:
-        await client.request("POST", "/api/v1/nodes", body=body)
-    except ApiError as exc:
+        await client.call("POST", "/api/v1/nodes", body=body)
+    except KubeApiError as exc:
         if exc.status != 409:
             raise
-    await client.request(
+    await client.call(
         "PATCH", f"/api/v1/nodes/{name}", body={"spec": {"taints": None}}, content_type="application/merge-patch+json"
     )
     await _report(client, name)
 
 
-async def _report(client: KubeClient, name: str) -> None:
+async def _report(client: KubeApi, name: str) -> None:
     stamp = now()
     status = {
         "conditions": [
@@ -54,22 +53,22 @@ async def _report(client: KubeClient, name: str) -> None:
             platform.release(), "osImage": "", "machineID": "", "systemUUID": "", "bootID": "",
         },
     }  # fmt: skip
-    await client.request(
+    await client.call(
         "PATCH", f"/api/v1/nodes/{name}/status", body={"status": status},
         content_type="application/strategic-merge-patch+json",
     )  # fmt: skip
 
 
-async def heartbeat(client: KubeClient, name: str) -> None:
+async def heartbeat(client: KubeApi, name: str) -> None:
     """Report the node Ready every HEARTBEAT_SECONDS, re-registering it if someone deleted it."""
     while True:
         await asyncio.sleep(HEARTBEAT_SECONDS)
         try:
             await _report(client, name)
-        except ApiError as exc:
+        except KubeApiError as exc:
             if exc.status == 404:
                 await register_node(client, name)
             else:
                 logger.warning("node heartbeat failed: %s", exc)
-        except httpx.HTTPError as exc:
+        except RuntimeFailure as exc:
             logger.warning("node heartbeat failed: %r", exc)

@@ -14,9 +14,8 @@ import contextlib
 import logging
 from pathlib import Path
 
-import httpx
-
-from pool._kube_dev._api import ApiError, KubeClient
+from pool._errors import RuntimeFailure
+from pool._kube import KubeApi, KubeApiError
 from pool._kube_dev._context import NodeContext
 from pool._kube_dev._convention import NO_COMMAND, container_argv
 from pool._kube_dev._environment import container_env
@@ -125,7 +124,7 @@ class PodWorker:
     async def _run_once(self, container: Container, state: ContainerState) -> int:
         try:
             env = await container_env(self._node.client, self.pod, container, self._state.pod_ip)
-        except (LookupError, ApiError, httpx.HTTPError) as exc:
+        except (LookupError, RuntimeFailure) as exc:
             state.waiting("CreateContainerConfigError", str(exc))
             self._dirty.set()
             await _wait(self._stopping, 2.0)
@@ -196,16 +195,16 @@ class PodWorker:
             self._dirty.clear()
             patch = {"status": self._state.to_status()}
             try:
-                await self._node.client.request(
+                await self._node.client.call(
                     "PATCH", path, body=patch, content_type="application/strategic-merge-patch+json"
                 )
-            except ApiError as exc:
+            except KubeApiError as exc:
                 if exc.status == 404:
                     return
                 logger.warning("pod %s: status update failed: %s", self.pod.key, exc)
                 self._dirty.set()
                 await asyncio.sleep(0.5)
-            except httpx.HTTPError as exc:
+            except RuntimeFailure as exc:
                 logger.warning("pod %s: status update failed: %r", self.pod.key, exc)
                 self._dirty.set()
                 await asyncio.sleep(0.5)
@@ -219,14 +218,14 @@ async def _wait(event: asyncio.Event, seconds: float) -> bool:
     return event.is_set()
 
 
-async def finish_deletion(client: KubeClient, pod: Pod) -> None:
+async def finish_deletion(client: KubeApi, pod: Pod) -> None:
     """Delete the pod with grace 0 (only this uid): what a kubelet does once the pod's containers are stopped."""
     meta = pod.metadata
     body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0, "preconditions": {"uid": meta.uid}}
     try:
-        await client.request("DELETE", f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}", body=body)
-    except ApiError as exc:
+        await client.call("DELETE", f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}", body=body)
+    except KubeApiError as exc:
         if exc.status not in (404, 409):
             logger.warning("pod %s: delete failed: %s", pod.key, exc)
-    except httpx.HTTPError as exc:
+    except RuntimeFailure as exc:
         logger.warning("pod %s: delete failed: %r", pod.key, exc)
