@@ -14,6 +14,7 @@ again when `run` returns; likewise when it dies on its own, after saying so with
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -83,6 +84,13 @@ class Backend(Protocol):
 
 BackendFactory = Callable[[str, str], Backend]
 """(language, cwd) -> a backend that is not started yet."""
+
+
+async def restart_after(backend: Backend, emit: Emit, error: Error) -> None:
+    """An execution lost its interpreter: log it, start the interpreter afresh, and tell the client why."""
+    logging.getLogger("interpreter").warning("%s", error.value)
+    await backend.restart()
+    emit(error)
 
 
 def died(what: str, detail: str) -> Error:

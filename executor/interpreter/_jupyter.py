@@ -20,10 +20,16 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
-from executor.interpreter._backend import INTERRUPT_GRACE_SECONDS, BackendFailed, Emit, died, unresponsive
+from executor.interpreter._backend import (
+    INTERRUPT_GRACE_SECONDS,
+    BackendFailed,
+    Emit,
+    died,
+    restart_after,
+    unresponsive,
+)
 from executor.interpreter._envcode import restore_env_code, set_env_code
 from executor.interpreter._iopub import is_idle, line_from_message
-from executor.interpreter._wire import Error
 
 __all__ = ("JupyterBackend",)
 
@@ -97,10 +103,10 @@ class JupyterBackend:
             except queue.Empty:
                 exit_status = await self._manager.provisioner.poll() if self._manager.provisioner else 0
                 if exit_status is not None:
-                    await self._recover(emit, died(f"{self._language} kernel", _describe_exit(exit_status)))
+                    await restart_after(self, emit, died(f"{self._language} kernel", _describe_exit(exit_status)))
                     return False
                 if interrupted_at is not None and loop.time() - interrupted_at > INTERRUPT_GRACE_SECONDS:
-                    await self._recover(emit, unresponsive(f"{self._language} kernel"))
+                    await restart_after(self, emit, unresponsive(f"{self._language} kernel"))
                     return False
                 continue
             if message.get("parent_header", {}).get("msg_id") != msg_id:
@@ -110,11 +116,6 @@ class JupyterBackend:
             line = line_from_message(message)
             if line is not None:
                 emit(line)
-
-    async def _recover(self, emit: Emit, error: Error) -> None:
-        logger.warning("%s", error.value)
-        await self.restart()
-        emit(error)
 
     async def _silent(self, code: str) -> None:
         """Run helper code that produces no output and leaves no history (environment variables)."""

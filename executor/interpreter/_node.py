@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import signal
 import socket
@@ -21,12 +20,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from executor.interpreter._backend import INTERRUPT_GRACE_SECONDS, BackendFailed, Emit, died, unresponsive
+from executor.interpreter._backend import (
+    INTERRUPT_GRACE_SECONDS,
+    BackendFailed,
+    Emit,
+    died,
+    restart_after,
+    unresponsive,
+)
 from executor.interpreter._wire import Error, Line, NumberOfExecutions, Stderr, Stdout, now, result_from_bundle
 
 __all__ = ("NodeBackend",)
 
-logger = logging.getLogger("interpreter")
 
 POLL_SECONDS = 0.2
 _READ_LIMIT = 64 * 1024 * 1024  # one reply line holds one console.log call, which may be large
@@ -109,22 +114,17 @@ class NodeBackend:
                 raw = await asyncio.wait_for(replies.readline(), POLL_SECONDS)
             except TimeoutError:
                 if interrupted_at is not None and loop.time() - interrupted_at > INTERRUPT_GRACE_SECONDS:
-                    return await self._recover(emit, unresponsive("JavaScript process"))
+                    return await restart_after(self, emit, unresponsive("JavaScript process"))
                 continue
             if not raw:
                 status = await process.wait()
-                return await self._recover(emit, died("JavaScript process", f"exit status {status}"))
+                return await restart_after(self, emit, died("JavaScript process", f"exit status {status}"))
             message = json.loads(raw)
             if message.get("type") == "done":
                 return None
             line = _line(message)
             if line is not None:
                 emit(line)
-
-    async def _recover(self, emit: Emit, error: Error) -> None:
-        logger.warning("%s", error.value)
-        await self.restart()
-        emit(error)
 
     async def _forward(self, stream: asyncio.StreamReader, *, stderr: bool) -> None:
         """Pass what child processes write to the process's stdout/stderr to the running execution."""

@@ -121,7 +121,9 @@ def _pip_script(venv: str, packages: list[str]) -> str:
     names = " ".join(f"'{p}'" for p in packages)
     return (
         f"[ -x {venv}/bin/python ] || python3 -m venv {venv}\n"
-        f"{venv}/bin/pip install -q --no-cache-dir --disable-pip-version-check {names}\nchmod -R a+rX {venv}"
+        f"{venv}/bin/pip install -q --no-cache-dir --disable-pip-version-check {names}\n"
+        # Only what the sandbox's users could not read: a blanket chmod would copy a parent layer's whole venv up.
+        f"find {venv} \\( ! -perm -o+r -o -type d ! -perm -o+x \\) -exec chmod a+rX {{}} +"
     )
 
 
