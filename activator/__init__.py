@@ -18,10 +18,12 @@ from activator._errors import (
 )
 from activator._holds import CLIENT_GONE
 from activator._keys import KEY_PATTERN, ApiKeys
+from activator._kube_store import KubeStore
 from activator._logs import LogLine
 from activator._mcp import McpServer, SandboxUrls
 from activator._records import ApiKey, CreateRequest, Lifecycle, SandboxRecord, SandboxState, new_sandbox_id
 from activator._settings import ActivatorSettings
+from activator._sqlite_store import SqliteStore
 from activator._store import Store
 from activator._telemetry import Histogram, HoldResult, Telemetry
 
@@ -43,6 +45,7 @@ __all__ = [
     "HoldResult",
     "HoldTimeout",
     "InvalidRequest",
+    "KubeStore",
     "Lifecycle",
     "LogLine",
     "McpServer",
@@ -53,6 +56,7 @@ __all__ = [
     "SandboxRecord",
     "SandboxState",
     "SandboxUrls",
+    "SqliteStore",
     "Store",
     "Telemetry",
     "TemplateCatalog",

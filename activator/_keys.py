@@ -1,4 +1,8 @@
-"""API keys: `e2b_<32 hex>`, stored only as SHA-256 digests; a key's id is the owner of its sandboxes."""
+"""API keys: `e2b_<32 hex>`, stored only as SHA-256 digests; a key's id is the owner of its sandboxes.
+
+Verification asks the store on every request: each store answers from memory and bounds how long a key revoked
+elsewhere (another process, another replica) keeps working, which a cache here could not know about.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +27,6 @@ class ApiKeys:
     def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._clock = clock
-        # digest -> key id of keys verified since start, so that a request costs no store read; `revoke` evicts.
-        # Read and written only on the event loop.
-        self._verified: dict[str, str] = {}
 
     async def create(self, name: str) -> tuple[ApiKey, str]:
         """A new random key: its listing and the key itself, which is shown once and never stored."""
@@ -38,24 +39,20 @@ class ApiKeys:
 
     async def revoke(self, key_id: str) -> bool:
         """Delete a key; False if there was none with this id. Its sandboxes stay, reachable by no key."""
-        self._verified = {digest: kid for digest, kid in self._verified.items() if kid != key_id}
         return await self._store.delete_key(key_id)
 
     async def verify(self, raw: str) -> str | None:
         """The id of the key `raw`, or None if it is not a key of ours."""
-        digest = _digest(raw)
-        key_id = self._verified.get(digest)
-        if key_id is None and KEY_PATTERN.fullmatch(raw):
-            key_id = await self._store.key_id(digest)
-            if key_id is not None:
-                self._verified[digest] = key_id
-        return key_id
+        if not KEY_PATTERN.fullmatch(raw):
+            return None
+        return await self._store.key_id(_digest(raw))
 
     async def ensure_bootstrap_key(self, explicit: str | None) -> str | None:
         """Make sure some key works: register `explicit` (AGENT_SANDBOX_API_KEY), or create one on first start.
 
         Returns the key only when it was created here, for the caller to print once and write to
-        `<data-dir>/api-key`. Raises ValueError if `explicit` is not shaped like a key.
+        `<data-dir>/api-key`. Raises ValueError if `explicit` is not shaped like a key. Registering `explicit` is
+        idempotent even when replicas start at once: the store keeps one entry per digest.
         """
         if explicit is not None:
             if not KEY_PATTERN.fullmatch(explicit):

@@ -7,13 +7,13 @@ import asyncio
 import sys
 from pathlib import Path
 
-from activator import ApiKeys, Store
+from activator import ApiKeys, SqliteStore
 
 __all__ = ["run_key_command"]
 
 
 async def _run(command: str, data_dir: Path, args: argparse.Namespace) -> None:
-    store = await Store.open(data_dir / "state.db")
+    store = await SqliteStore.open(data_dir / "state.db")
     keys = ApiKeys(store)
     try:
         match command:

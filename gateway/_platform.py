@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from activator import Activator, ActivatorSettings, ApiKeys, McpServer, SandboxUrls, Store, new_sandbox_id
+from activator import Activator, ActivatorSettings, ApiKeys, McpServer, SandboxUrls, SqliteStore, Store, new_sandbox_id
 from gateway._http_proxy import UpstreamConnection
 from gateway._settings import ServeSettings
 from gateway._upstream import UpstreamPool
@@ -66,7 +66,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
     async with AsyncExitStack() as stack:
         templates = load_templates(settings.templates)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        store = await Store.open(settings.data_dir / "state.db")
+        store = await SqliteStore.open(settings.data_dir / "state.db")
         stack.push_async_callback(store.close)
         runtime = await _open_runtime(stack, settings, templates)
         upstreams: UpstreamPool[UpstreamConnection] = UpstreamPool()

@@ -9,7 +9,7 @@ import sys
 import uvicorn
 import uvloop
 
-from activator import ApiKeys, Store
+from activator import ApiKeys, SqliteStore
 from gateway._app import create_app
 from gateway._client_watch import ClientWatch
 from gateway._platform import open_platform
@@ -23,7 +23,7 @@ _log = logging.getLogger("agent-sandbox")
 async def _bootstrap_key(settings: ServeSettings) -> None:
     """Register AGENT_SANDBOX_API_KEY, or on first start create a key, print it once and save it."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = await Store.open(settings.data_dir / "state.db")
+    store = await SqliteStore.open(settings.data_dir / "state.db")
     try:
         created = await ApiKeys(store).ensure_bootstrap_key(settings.api_key)
     except ValueError as exc:

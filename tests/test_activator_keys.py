@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from activator import KEY_PATTERN, ApiKeys, Store
+from activator import KEY_PATTERN, ApiKeys, SqliteStore, Store
 from tests import test_activator_fakes as fakes
 
 pytestmark = pytest.mark.anyio
@@ -24,7 +24,7 @@ async def test_created_keys_have_the_e2b_shape_and_verify(store: Store) -> None:
 
 
 async def test_only_a_digest_is_stored(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "keys.sqlite")
+    store = await SqliteStore.open(tmp_path / "keys.sqlite")
     _, raw = await ApiKeys(store).create("laptop")
     await store.close()
     database = b"".join(path.read_bytes() for path in tmp_path.glob("keys.sqlite*"))

@@ -1,19 +1,50 @@
-"""The SQLite store and the listings built on it: filters, order, pages, persistence."""
+"""The store contract and the listings built on it (filters, order, pages, persistence), kept by both stores:
+SQLite, and Kubernetes Secrets on the dev cluster."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from activator import Activator, InvalidRequest, SandboxState, Store
-from tests import test_activator_fakes as fakes
-from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
+from activator import Activator, ApiKey, InvalidRequest, SandboxRecord, SandboxState, SqliteStore, Store
+from tests import kube_fixtures
+from tests.test_activator_fakes import Clock, FakeRuntime, activator, clock, request
+from tests.test_kube_store import kube_store, record
 
 pytestmark = pytest.mark.anyio
 
+kube, kube_namespace, clock = kube_fixtures.kube, kube_fixtures.kube_namespace, clock  # fixtures, bound for pytest
 
-store, clock = fakes.store, fakes.clock  # the shared fixtures, bound by name for pytest
+StoreOpener = Callable[[], contextlib.AbstractAsyncContextManager[Store]]
+
+
+@contextlib.asynccontextmanager
+async def sqlite_store(path: Path) -> AsyncIterator[Store]:
+    store = await SqliteStore.open(path)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture(params=["sqlite", "kube"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreOpener:
+    """Opens the store under test, again and again on the same data (a file, or a namespace of the dev cluster)."""
+    if request.param == "sqlite":
+        return lambda: sqlite_store(tmp_path / "state.sqlite")
+    cluster: kube_fixtures.Kube = request.getfixturevalue("kube")
+    namespace: str = request.getfixturevalue("kube_namespace")
+    return lambda: kube_store(cluster.kubeconfig, namespace)
+
+
+@pytest.fixture
+async def store(open_store: StoreOpener) -> AsyncIterator[Store]:
+    async with open_store() as store:
+        yield store
 
 
 @pytest.fixture
@@ -29,13 +60,56 @@ async def create_many(act: Activator, clock: Clock, count: int, **metadata: str)
     return ids
 
 
-async def test_records_survive_reopening_the_database(tmp_path: Path, clock: Clock) -> None:
-    store = await Store.open(tmp_path / "state.sqlite")
-    record = await activator(store, FakeRuntime(), clock).create("alice", request(metadata={"k": "v"}))
-    await store.close()
-    reopened = await Store.open(tmp_path / "state.sqlite")
-    assert await reopened.live() == [record]
-    await reopened.close()
+async def test_records_survive_reopening_the_store(open_store: StoreOpener, clock: Clock) -> None:
+    async with open_store() as store:
+        created = await activator(store, FakeRuntime(), clock).create("alice", request(metadata={"k": "v"}))
+    async with open_store() as reopened:
+        assert await reopened.live() == [created]
+
+
+async def test_get_finds_a_record_in_any_state(store: Store) -> None:
+    killed = record("dead", state=SandboxState.KILLED)
+    await store.put(record("live"))
+    await store.put(killed)
+    assert await store.get("live") == record("live")
+    assert await store.get("dead") == killed
+    assert await store.get("nope") is None
+    assert await store.live() == [record("live")]
+
+
+async def test_put_replaces_the_whole_record(store: Store) -> None:
+    await store.put(record("abc", metadata={"a": "1"}))
+    replaced = record("abc", state=SandboxState.PAUSED, pause_reason="api", remaining=12.5)
+    await store.put(replaced)
+    assert await store.get("abc") == replaced
+
+
+async def test_purge_removes_only_records_killed_before_the_cutoff(store: Store) -> None:
+    await store.put(record("old", state=SandboxState.KILLED, end_at=10.0))
+    await store.put(record("new", state=SandboxState.KILLED, end_at=20.0))
+    await store.put(record("run", end_at=5.0))
+    assert await store.purge_killed(15.0) == 1
+    assert await store.get("old") is None
+    assert await store.get("new") is not None
+    assert await store.get("run") is not None
+
+
+async def test_a_digest_is_stored_once_under_its_first_id(store: Store) -> None:
+    first, second = (ApiKey(id=f"{n:032x}", name=f"k{n}", created_at=float(n)) for n in (1, 2))
+    await store.add_key(first, "d1")
+    await store.add_key(second, "d1")
+    assert await store.keys() == [first]
+    assert await store.key_id("d1") == first.id
+
+
+async def test_a_deleted_key_no_longer_resolves(store: Store) -> None:
+    key = ApiKey(id="ab" * 16, name="laptop", created_at=1.0)
+    await store.add_key(key, "d1")
+    assert await store.key_id("d1") == key.id
+    assert await store.delete_key(key.id)
+    assert await store.key_id("d1") is None
+    assert not await store.delete_key(key.id)
+    assert await store.keys() == []
 
 
 async def test_pages_follow_each_other_without_gaps(act: Activator, clock: Clock) -> None:
@@ -43,11 +117,20 @@ async def test_pages_follow_each_other_without_gaps(act: Activator, clock: Clock
     seen, token = [], None
     while True:
         page = await act.list("alice", limit=2, next_token=token)
-        seen += [record.id for record in page.records]
+        seen += [r.id for r in page.records]
         if page.next_token is None:
             break
         token = page.next_token
     assert seen == ids[::-1]
+
+
+async def test_records_created_in_the_same_instant_are_ordered_by_id(store: Store) -> None:
+    for sandbox_id in ("bbb", "aaa", "ccc"):
+        await store.put(record(sandbox_id, owner="alice"))
+    act = activator(store, FakeRuntime(), Clock())
+    first = await act.list("alice", limit=2, order="asc")
+    rest = await act.list("alice", limit=2, order="asc", next_token=first.next_token)
+    assert [r.id for r in first.records + rest.records] == ["aaa", "bbb", "ccc"]
 
 
 async def test_an_exact_last_page_has_no_next_token(act: Activator, clock: Clock) -> None:
@@ -80,6 +163,11 @@ async def test_state_template_and_start_filters(act: Activator, clock: Clock) ->
     assert old
 
 
+async def test_another_owner_sees_none_of_the_records(act: Activator, clock: Clock) -> None:
+    await create_many(act, clock, 2)
+    assert (await act.list("bob")).records == []
+
+
 async def test_a_foreign_token_or_limit_is_refused(act: Activator) -> None:
     with pytest.raises(InvalidRequest):
         await act.list("alice", next_token="page2")
@@ -91,3 +179,13 @@ async def test_killed_sandboxes_are_not_listed(act: Activator, clock: Clock) -> 
     [sandbox_id] = await create_many(act, clock, 1)
     await act.kill("alice", sandbox_id)
     assert (await act.list("alice")).records == []
+
+
+def test_stored_records_decode_across_versions() -> None:
+    """Schema evolution: a record from before a field existed gets its default; a newer one's extra field is
+    ignored (several replicas of different versions share the Kubernetes store during a rollout)."""
+    stored = msgspec.json.decode(msgspec.json.encode(record("abc")), type=dict)
+    older = {name: value for name, value in stored.items() if name not in ("domain", "metadata")}
+    newer = stored | {"a_later_field": [1, 2]}
+    for variant in (older, newer):
+        assert msgspec.json.decode(msgspec.json.encode(variant), type=SandboxRecord) == record("abc")

@@ -14,7 +14,7 @@ from pathlib import Path
 import uvicorn
 from litestar import Litestar
 
-from activator import ACTIVATOR, API_KEYS, Activator, ActivatorSettings, ApiKeys, Store, e2b_router
+from activator import ACTIVATOR, API_KEYS, Activator, ActivatorSettings, ApiKeys, SqliteStore, e2b_router
 from tests.test_activator_fakes import FakeRuntime, template
 
 
@@ -31,7 +31,7 @@ class ControlPlane:
 def _app(data_dir: Path, runtime: FakeRuntime, keys_out: list[str]) -> Litestar:
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        store = await Store.open(data_dir / "state.sqlite")
+        store = await SqliteStore.open(data_dir / "state.sqlite")
         keys = ApiKeys(store)
         keys_out.extend([(await keys.create("first"))[1], (await keys.create("second"))[1]])
         activator = Activator(store, runtime, {"base": template("base")}, ActivatorSettings())

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from activator import Lifecycle, Store
+from activator import Lifecycle, SqliteStore, Store
 from gateway._metrics import MetricsSource, render_metrics
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request, template
 
@@ -24,7 +24,7 @@ class _PoolFigures(msgspec.Struct):
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(tmp_path / "state.sqlite")
+    store = await SqliteStore.open(tmp_path / "state.sqlite")
     yield store
     await store.close()
 

@@ -13,7 +13,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from activator import Activator, ApiKeys, SandboxState, Store
+from activator import Activator, ApiKeys, SandboxState, SqliteStore
 from gateway.ui import SessionStore, UiServices, ui_router
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
 
@@ -50,7 +50,7 @@ class Ui:
 
 @pytest.fixture
 async def ui(tmp_path: Path) -> AsyncIterator[Ui]:
-    store = await Store.open(tmp_path / "state.sqlite")
+    store = await SqliteStore.open(tmp_path / "state.sqlite")
     keys = ApiKeys(store)
     key_record, raw = await keys.create("laptop")
     the_activator = activator(store, FakeRuntime(), Clock(), domain="ui.test")

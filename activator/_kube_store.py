@@ -1,0 +1,387 @@
+"""The Kubernetes state store: Secrets in the gateway's namespace, shared by every gateway replica (no database).
+
+    sandbox-<id>-record   one per sandbox, type `agent-sandbox.dev/record`; data `record`: the SandboxRecord's
+                          msgspec JSON. Labels (what listings select on): `agent-sandbox.dev/role=sandbox-record`,
+                          `/sandbox-id`, `/owner` (the API key's id, never a key), `/state`, `/template`;
+                          annotation `agent-sandbox.dev/created-at`.
+    agent-sandbox-keys    type `agent-sandbox.dev/api-keys`; data: key id -> JSON {digest, name, created_at}
+                          (SHA-256 digests only, never a key).
+
+Secrets, not ConfigMaps: records hold the caller's env vars and envd's access token.
+
+Records are written whole. `put` creates the Secret, or replaces it under the last resourceVersion this store saw
+and, on a conflict, reads the current version and replaces again: the last writer wins. That is enough because
+the activator serializes the transitions of a sandbox under its lock (shared across replicas by the
+coordinator), so two writers of one record do not overlap. Key changes are read-modify-writes of the keys Secret
+under its resourceVersion, retried on conflict, so concurrent ones never lose each other.
+
+A record Secret owns nothing: the sandbox's ReplicaSet is the runtime's own object, and deleting a record (the
+reaper's purge, or by hand) does not delete it. The activator kills through the runtime first, then records it.
+
+`key_id` runs on every API request, so it answers from an in-memory copy of the keys, read again once older than
+`KEYS_FRESH` seconds (an unknown digest forces a read, at most every `KEYS_MISS_REREAD` seconds). A key revoked
+through another replica stops verifying here within `KEYS_FRESH` seconds; through this store, at once.
+
+Limits: a Secret holds at most 1 MiB, so a record over that (metadata and env vars near the E2B API's 1 MiB body
+cap) is refused with `InvalidRequest`; the keys Secret fits some 5,000 keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Collection, Iterator
+from typing import Literal
+
+import msgspec
+
+from activator._errors import ActivatorError, InvalidRequest
+from activator._records import ApiKey, SandboxRecord, SandboxState
+from activator._store import Cursor
+from pool import RuntimeFailure
+from pool._kube import KubeApi, KubeApiError
+
+__all__ = ["KEYS_FRESH", "KEYS_MISS_REREAD", "KEYS_SECRET", "MAX_RECORD_BYTES", "KubeStore", "record_secret_name"]
+
+ROLE_LABEL = "agent-sandbox.dev/role"
+ID_LABEL = "agent-sandbox.dev/sandbox-id"
+OWNER_LABEL = "agent-sandbox.dev/owner"
+STATE_LABEL = "agent-sandbox.dev/state"
+TEMPLATE_LABEL = "agent-sandbox.dev/template"
+CREATED_ANNOTATION = "agent-sandbox.dev/created-at"
+RECORD_TYPE = "agent-sandbox.dev/record"
+KEYS_TYPE = "agent-sandbox.dev/api-keys"
+KEYS_SECRET = "agent-sandbox-keys"
+MAX_RECORD_BYTES = 1 << 20  # the apiserver refuses a Secret whose data is larger
+KEYS_FRESH = 1.0  # seconds an in-memory copy of the keys answers `key_id`
+KEYS_MISS_REREAD = 0.2  # an unknown digest reads the keys again at most this often
+_RECORDS = f"{ROLE_LABEL}=sandbox-record"
+_WRITE_ATTEMPTS = 10  # conflicts in a row before a write gives up
+_VERSIONS_KEPT = 4096  # resourceVersions remembered for `put`; an older one costs a read
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_log = logging.getLogger("activator")
+
+
+class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    name: str
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    resource_version: str = ""  # empty: not sent (a create)
+
+
+class _Secret(msgspec.Struct, kw_only=True, rename="camel"):
+    metadata: _Meta
+    type: str = "Opaque"
+    data: dict[str, bytes] = {}  # base64 on the wire, which msgspec does for bytes
+    api_version: str = "v1"
+    kind: str = "Secret"
+
+
+class _SecretList(msgspec.Struct):
+    items: list[_Secret]
+
+
+class _StoredKey(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of the keys Secret (schema evolution as in `_records`: new fields get defaults)."""
+
+    digest: str
+    name: str
+    created_at: float
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_record = msgspec.json.Decoder(SandboxRecord).decode
+_decode_key = msgspec.json.Decoder(_StoredKey).decode
+_decode_secret = msgspec.json.Decoder(_Secret).decode
+_decode_list = msgspec.json.Decoder(_SecretList).decode
+
+
+class KubeStore:
+    """Sandbox records and API keys as Secrets in one namespace; see the module docstring for the layout."""
+
+    def __init__(self, api: KubeApi, namespace: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._api = api  # the caller's: `close` leaves it open
+        self._path = f"/api/v1/namespaces/{namespace}/secrets"
+        self._clock = clock
+        self._versions: dict[str, str] = {}  # sandbox id -> resourceVersion last seen, oldest first
+        self._digests: dict[str, str] = {}  # digest -> key id as last read; replaced whole under `_keys_lock`
+        self._keys_read_at = -math.inf  # `clock` time the read behind `_digests` was sent
+        self._keys_lock = asyncio.Lock()  # one keys read or write at a time; waiters reuse a fresh result
+
+    @classmethod
+    async def open(cls, api: KubeApi, namespace: str, *, clock: Callable[[], float] = time.monotonic) -> KubeStore:
+        """A store in `namespace`, checked by reading the keys once (an unreachable apiserver fails here)."""
+        store = cls(api, namespace, clock=clock)
+        await store.keys()
+        return store
+
+    async def close(self) -> None:
+        """Nothing to release: the API client belongs to the caller."""
+
+    async def put(self, record: SandboxRecord) -> None:
+        """Create or replace the record's Secret (last writer wins, see the module docstring)."""
+        secret = _record_secret(record)
+        version = self._versions.get(record.id)
+        with _store_errors(f"store sandbox {record.id}"):
+            for _ in range(_WRITE_ATTEMPTS):
+                try:
+                    written = await self._write(secret, version)
+                except KubeApiError as exc:
+                    if exc.status != 409 and (exc.status != 404 or not version):
+                        raise
+                    version = await self._version_of(secret.metadata.name)
+                    continue
+                self._remember(record.id, written)
+                return
+        raise ActivatorError(f"the state store could not store sandbox {record.id}: it kept changing underneath")
+
+    async def get(self, sandbox_id: str) -> SandboxRecord | None:
+        """The record in any state, or None."""
+        with _store_errors(f"read sandbox {sandbox_id}"):
+            try:
+                secret = _decode_secret(await self._api.call("GET", f"{self._path}/{record_secret_name(sandbox_id)}"))
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            self._remember(sandbox_id, secret)
+            return _record_of(secret)
+
+    async def live(self) -> list[SandboxRecord]:
+        """Every record that is not killed."""
+        found = await self._list(f"{_RECORDS},{STATE_LABEL}!={SandboxState.KILLED}")
+        for record, secret in found:
+            self._remember(record.id, secret)
+        return [record for record, _ in found]
+
+    async def page(
+        self,
+        owner: str,
+        states: Collection[SandboxState],
+        *,
+        order: Literal["asc", "desc"],
+        after: Cursor | None,
+        count: int,
+        keep: Callable[[SandboxRecord], bool],
+    ) -> list[SandboxRecord]:
+        """As `Store.page`: the owner's records are listed by label and ordered, filtered and cut here."""
+        if count < 1 or not states:
+            return []
+        selector = f"{_RECORDS},{OWNER_LABEL}={_label_value(owner)},{STATE_LABEL} in ({','.join(sorted(states))})"
+        records = [r for r, _ in await self._list(selector) if r.owner == owner and r.state in states]
+        records.sort(key=lambda r: (r.created_at, r.id), reverse=order == "desc")
+        if after is not None:
+            records = [r for r in records if _beyond((r.created_at, r.id), after, order)]
+        return list(itertools.islice(filter(keep, records), count))
+
+    async def purge_killed(self, before: float) -> int:
+        """Delete the records of sandboxes killed before `before`, unless rewritten meanwhile; how many went."""
+        purged = 0
+        for record, secret in await self._list(f"{_RECORDS},{STATE_LABEL}={SandboxState.KILLED}"):
+            if record.end_at < before and await self._delete(secret):
+                self._versions.pop(record.id, None)
+                purged += 1
+        return purged
+
+    async def add_key(self, key: ApiKey, digest: str) -> None:
+        """Add a key to the keys Secret; a digest already there is kept as it is."""
+
+        def add(keys: dict[str, _StoredKey]) -> bool:
+            if any(stored.digest == digest for stored in keys.values()):
+                return False
+            keys[key.id] = _StoredKey(digest=digest, name=key.name, created_at=key.created_at)
+            return True
+
+        await self._change_keys(add)
+
+    async def keys(self) -> list[ApiKey]:
+        """Every API key, oldest first (read from the apiserver)."""
+        async with self._keys_lock:
+            keys = await self._read_keys()
+        listed = [ApiKey(id=key_id, name=k.name, created_at=k.created_at) for key_id, k in keys.items()]
+        return sorted(listed, key=lambda k: (k.created_at, k.id))
+
+    async def key_id(self, digest: str) -> str | None:
+        """The id of the key with this digest, from memory while fresh (see the module docstring)."""
+        if self._keys_stale(digest):
+            async with self._keys_lock:
+                if self._keys_stale(digest):  # not refreshed by the read this call waited for
+                    await self._read_keys()
+        return self._digests.get(digest)
+
+    async def delete_key(self, key_id: str) -> bool:
+        """Remove a key from the keys Secret (and from this store's memory at once)."""
+        return await self._change_keys(lambda keys: keys.pop(key_id, None) is not None)
+
+    def _keys_stale(self, digest: str) -> bool:
+        age = self._clock() - self._keys_read_at
+        return age >= KEYS_FRESH or (digest not in self._digests and age >= KEYS_MISS_REREAD)
+
+    async def _read_keys(self) -> dict[str, _StoredKey]:
+        """Read the keys Secret into memory (under `_keys_lock`)."""
+        sent_at = self._clock()
+        secret = await self._keys_secret()
+        keys = _keys_of(secret)
+        self._cache_keys(keys, sent_at)
+        return keys
+
+    async def _change_keys(self, change: Callable[[dict[str, _StoredKey]], bool]) -> bool:
+        """Read-modify-write of the keys Secret, again on a conflict; False (and no write) if `change` is."""
+        async with self._keys_lock:
+            for _ in range(_WRITE_ATTEMPTS):
+                changed = await self._try_change_keys(change)
+                if changed is not None:
+                    return changed
+        raise ActivatorError("the state store could not update the API keys: they kept changing underneath")
+
+    async def _try_change_keys(self, change: Callable[[dict[str, _StoredKey]], bool]) -> bool | None:
+        """One read-modify-write: whether `change` changed anything, or None when another writer came first."""
+        sent_at = self._clock()
+        current = await self._keys_secret()
+        keys = _keys_of(current)
+        changed = change(keys)
+        if changed:
+            version = current.metadata.resource_version if current else None
+            with _store_errors("update the API keys"):
+                try:
+                    await self._write(_keys_secret(keys), version)
+                except KubeApiError as exc:
+                    if exc.status == 409 or (exc.status == 404 and version):
+                        return None
+                    raise
+        self._cache_keys(keys, sent_at)
+        return changed
+
+    def _cache_keys(self, keys: dict[str, _StoredKey], read_at: float) -> None:
+        self._digests = {stored.digest: key_id for key_id, stored in keys.items()}
+        self._keys_read_at = read_at
+
+    async def _keys_secret(self) -> _Secret | None:
+        with _store_errors("read the API keys"):
+            try:
+                return _decode_secret(await self._api.call("GET", f"{self._path}/{KEYS_SECRET}"))
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+    async def _write(self, secret: _Secret, version: str | None) -> _Secret:
+        """Create `secret` (no `version`) or replace it under `version`; the stored object."""
+        if not version:
+            return _decode_secret(await self._api.call("POST", self._path, body=secret))
+        body = msgspec.structs.replace(
+            secret, metadata=msgspec.structs.replace(secret.metadata, resource_version=version)
+        )
+        return _decode_secret(await self._api.call("PUT", f"{self._path}/{secret.metadata.name}", body=body))
+
+    async def _version_of(self, name: str) -> str | None:
+        try:
+            return _decode_secret(await self._api.call("GET", f"{self._path}/{name}")).metadata.resource_version
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _list(self, selector: str) -> list[tuple[SandboxRecord, _Secret]]:
+        """The records selected (quorum reads: a record just written is listed); unreadable ones are skipped."""
+        with _store_errors("list sandboxes"):
+            listed = _decode_list(await self._api.call("GET", self._path, params={"labelSelector": selector}))
+        found = []
+        for secret in listed.items:
+            try:
+                found.append((_record_of(secret), secret))
+            except ActivatorError as exc:
+                _log.warning("skipping Secret %s: %s", secret.metadata.name, exc)
+        return found
+
+    async def _delete(self, secret: _Secret) -> bool:
+        """Delete a record Secret if it is still the version listed; False if it changed or went meanwhile."""
+        preconditions = {"resourceVersion": secret.metadata.resource_version}
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions}
+        with _store_errors(f"delete {secret.metadata.name}"):
+            try:
+                await self._api.call("DELETE", f"{self._path}/{secret.metadata.name}", body=options)
+            except KubeApiError as exc:
+                if exc.status in (404, 409):
+                    return False
+                raise
+        return True
+
+    def _remember(self, sandbox_id: str, secret: _Secret) -> None:
+        self._versions.pop(sandbox_id, None)
+        self._versions[sandbox_id] = secret.metadata.resource_version
+        if len(self._versions) > _VERSIONS_KEPT:
+            del self._versions[next(iter(self._versions))]
+
+
+def record_secret_name(sandbox_id: str) -> str:
+    """The name of a sandbox's record Secret (its ReplicaSet is `sandbox-<id>`)."""
+    return f"sandbox-{sandbox_id}-record"
+
+
+def _record_secret(record: SandboxRecord) -> _Secret:
+    blob = _encode(record)
+    if len(blob) > MAX_RECORD_BYTES:
+        raise InvalidRequest(
+            f"the sandbox's record would take {len(blob)} bytes, over the {MAX_RECORD_BYTES}-byte limit of a "
+            "Kubernetes Secret: send less metadata or smaller envVars"
+        )
+    labels = {
+        ROLE_LABEL: "sandbox-record",
+        ID_LABEL: _label_value(record.id),
+        OWNER_LABEL: _label_value(record.owner),
+        STATE_LABEL: record.state.value,
+        TEMPLATE_LABEL: _label_value(record.template),
+    }
+    meta = _Meta(
+        name=record_secret_name(record.id), labels=labels, annotations={CREATED_ANNOTATION: repr(record.created_at)}
+    )
+    return _Secret(metadata=meta, type=RECORD_TYPE, data={"record": blob})
+
+
+def _keys_secret(keys: dict[str, _StoredKey]) -> _Secret:
+    data = {key_id: _encode(stored) for key_id, stored in keys.items()}
+    return _Secret(metadata=_Meta(name=KEYS_SECRET), type=KEYS_TYPE, data=data)
+
+
+def _record_of(secret: _Secret) -> SandboxRecord:
+    blob = secret.data.get("record")
+    if blob is None:
+        raise ActivatorError(f"the state store's Secret {secret.metadata.name} holds no record")
+    with _store_errors(f"read {secret.metadata.name}"):
+        return _decode_record(blob)
+
+
+def _keys_of(secret: _Secret | None) -> dict[str, _StoredKey]:
+    if secret is None:
+        return {}
+    with _store_errors(f"read {KEYS_SECRET}"):
+        return {key_id: _decode_key(blob) for key_id, blob in secret.data.items()}
+
+
+def _beyond(position: Cursor, after: Cursor, order: Literal["asc", "desc"]) -> bool:
+    return position > after if order == "asc" else position < after
+
+
+def _label_value(value: str) -> str:
+    """`value` if Kubernetes takes it as a label value, else a stable digest of it (callers re-check the record)."""
+    if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
+        return value
+    return "sha256-" + hashlib.sha256(value.encode()).hexdigest()[:56]
+
+
+@contextlib.contextmanager
+def _store_errors(what: str) -> Iterator[None]:
+    """The apiserver's failures and unreadable objects as the activator's own error (500)."""
+    try:
+        yield
+    except RuntimeFailure as exc:
+        raise ActivatorError(f"the state store could not {what}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ActivatorError(f"the state store could not {what}: an unreadable object: {exc}") from exc

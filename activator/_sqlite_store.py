@@ -1,0 +1,172 @@
+"""The local state store: one SQLite database in the data directory holding sandbox records and API-key digests.
+
+Records are msgspec JSON blobs; the columns beside them (owner, state, created_at, end_at) exist only to be
+indexed. sqlite3 objects must stay on the thread that made them, so the one connection lives on one dedicated
+thread and every method hands its work to that thread: the event loop never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import msgspec
+
+from activator._errors import ActivatorError
+from activator._records import ApiKey, SandboxRecord, SandboxState
+from activator._store import Cursor
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+# A verified key is answered from memory for this long: `agent-sandbox keys revoke` runs in another process, and
+# its revocation reaches a running server within this delay (one indexed read per key and period).
+_KEY_RECHECK = 1.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sandboxes (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, state TEXT NOT NULL,
+    created_at REAL NOT NULL, end_at REAL NOT NULL, record BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS sandboxes_by_owner ON sandboxes (owner, created_at, id);
+CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes (state, end_at);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at REAL NOT NULL);
+"""
+
+_encode = msgspec.json.Encoder().encode
+_decode_record = msgspec.json.Decoder(SandboxRecord).decode
+
+
+class SqliteStore:
+    """Sandbox records and API keys in SQLite (WAL), used from a single dedicated thread."""
+
+    def __init__(self, conn: sqlite3.Connection, thread: ThreadPoolExecutor) -> None:
+        self._conn = conn  # touched only on `_thread`
+        self._thread = thread
+        # digest -> (key id, monotonic time it was read): `key_id` without a disk read. Event loop only.
+        self._key_ids: dict[str, tuple[str, float]] = {}
+
+    @classmethod
+    async def open(cls, path: Path) -> SqliteStore:
+        """Open (and create if needed) the database at `path`."""
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="activator-store")
+        conn = await asyncio.get_running_loop().run_in_executor(thread, _connect, path)
+        return cls(conn, thread)
+
+    async def close(self) -> None:
+        """Close the connection and stop the thread."""
+        await self._run(lambda conn: conn.close())
+        self._thread.shutdown()
+
+    async def put(self, record: SandboxRecord) -> None:
+        """Insert or replace a record."""
+        row = (record.id, record.owner, record.state, record.created_at, record.end_at, _encode(record))
+        await self._run(lambda conn: conn.execute("INSERT OR REPLACE INTO sandboxes VALUES (?, ?, ?, ?, ?, ?)", row))
+
+    async def get(self, sandbox_id: str) -> SandboxRecord | None:
+        """The record in any state, or None."""
+        sql = "SELECT record FROM sandboxes WHERE id = ?"
+        row = await self._run(lambda conn: conn.execute(sql, (sandbox_id,)).fetchone())
+        return None if row is None else _decode_record(row[0])
+
+    async def live(self) -> list[SandboxRecord]:
+        """Every record that is not killed."""
+        sql = "SELECT record FROM sandboxes WHERE state != ?"
+        return await self._run(lambda conn: [_decode_record(b) for (b,) in conn.execute(sql, (SandboxState.KILLED,))])
+
+    async def page(
+        self,
+        owner: str,
+        states: Collection[SandboxState],
+        *,
+        order: Literal["asc", "desc"],
+        after: Cursor | None,
+        count: int,
+        keep: Callable[[SandboxRecord], bool],
+    ) -> list[SandboxRecord]:
+        """Up to `count` of `owner`'s records in `states` for which `keep` holds, in creation order after `after`.
+
+        `keep` runs on the store's thread, so it must only look at the record.
+        """
+        sql, params = _page_query(owner, states, order, after)
+
+        def scan(conn: sqlite3.Connection) -> list[SandboxRecord]:
+            found: list[SandboxRecord] = []
+            for (blob,) in conn.execute(sql, params):
+                record = _decode_record(blob)
+                if keep(record):
+                    found.append(record)
+                    if len(found) == count:
+                        break
+            return found
+
+        return await self._run(scan) if count > 0 and states else []
+
+    async def purge_killed(self, before: float) -> int:
+        """Delete the records of sandboxes killed before `before`; returns how many went."""
+        sql = "DELETE FROM sandboxes WHERE state = ? AND end_at < ?"
+        return await self._run(lambda conn: conn.execute(sql, (SandboxState.KILLED, before)).rowcount)
+
+    async def add_key(self, key: ApiKey, digest: str) -> None:
+        """Store a new API key by its digest; a digest already stored is kept as it is."""
+        row = (key.id, digest, key.name, key.created_at)
+        sql = "INSERT INTO api_keys VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
+        await self._run(lambda conn: conn.execute(sql, row))
+
+    async def keys(self) -> list[ApiKey]:
+        """Every API key, oldest first."""
+        sql = "SELECT id, name, created_at FROM api_keys ORDER BY created_at, id"
+        return await self._run(lambda conn: [ApiKey(id=i, name=n, created_at=c) for i, n, c in conn.execute(sql)])
+
+    async def key_id(self, digest: str) -> str | None:
+        """The id of the key with this digest, if there is one (from memory for `_KEY_RECHECK` seconds)."""
+        cached = self._key_ids.get(digest)
+        if cached is not None and time.monotonic() - cached[1] < _KEY_RECHECK:
+            return cached[0]
+        sql = "SELECT id FROM api_keys WHERE digest = ?"
+        row = await self._run(lambda conn: conn.execute(sql, (digest,)).fetchone())
+        if row is None:
+            self._key_ids.pop(digest, None)
+            return None
+        self._key_ids[digest] = (str(row[0]), time.monotonic())
+        return str(row[0])
+
+    async def delete_key(self, key_id: str) -> bool:
+        """Delete a key; False if there was none with this id."""
+        sql = "DELETE FROM api_keys WHERE id = ?"
+        deleted = await self._run(lambda conn: conn.execute(sql, (key_id,)).rowcount > 0)
+        # After the delete: a read of the key queued before it has landed in the cache by now, and goes too.
+        self._key_ids = {digest: entry for digest, entry in self._key_ids.items() if entry[0] != key_id}
+        return deleted
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, work, self._conn)
+        except sqlite3.Error as exc:
+            raise ActivatorError(f"the state store failed: {exc}") from exc
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)  # autocommit: every statement is its own transaction
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes, fast commits
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def _page_query(
+    owner: str, states: Collection[SandboxState], order: Literal["asc", "desc"], after: Cursor | None
+) -> tuple[str, tuple[object, ...]]:
+    direction, beyond = ("DESC", "<") if order == "desc" else ("ASC", ">")
+    where = f"owner = ? AND state IN ({', '.join('?' * len(states))})"
+    params: tuple[object, ...] = (owner, *states)
+    if after is not None:
+        where += f" AND (created_at, id) {beyond} (?, ?)"
+        params += after
+    return f"SELECT record FROM sandboxes WHERE {where} ORDER BY created_at {direction}, id {direction}", params
