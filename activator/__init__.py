@@ -5,6 +5,7 @@ Other packages import only the names listed here.
 
 from activator._activator import Activator, Page
 from activator._catalog import TemplateCatalog, TemplateNotFound
+from activator._coordination import Coordinator, SoloCoordinator
 from activator._e2b import ACTIVATOR, API_KEYS, MAX_BODY_BYTES, e2b_error_response, e2b_router
 from activator._errors import (
     ActivatorError,
@@ -22,6 +23,7 @@ from activator._kube_store import KubeStore
 from activator._logs import LogLine
 from activator._mcp import McpServer, SandboxUrls
 from activator._records import ApiKey, CreateRequest, Lifecycle, SandboxRecord, SandboxState, new_sandbox_id
+from activator._redis_coordination import RedisCoordinator
 from activator._settings import ActivatorSettings
 from activator._sqlite_store import SqliteStore
 from activator._store import Store
@@ -39,6 +41,7 @@ __all__ = [
     "ApiKey",
     "ApiKeys",
     "ClientGone",
+    "Coordinator",
     "CreateRequest",
     "Histogram",
     "HoldQueueFull",
@@ -51,11 +54,13 @@ __all__ = [
     "McpServer",
     "Page",
     "PortNotOpen",
+    "RedisCoordinator",
     "SandboxConflict",
     "SandboxNotFound",
     "SandboxRecord",
     "SandboxState",
     "SandboxUrls",
+    "SoloCoordinator",
     "SqliteStore",
     "Store",
     "Telemetry",

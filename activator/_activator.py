@@ -15,12 +15,13 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 import msgspec
 
 from activator._activity import Activity
 from activator._catalog import TemplateCatalog
+from activator._coordination import Coordinator, SoloCoordinator
 from activator._errors import ActivatorError, InvalidRequest, SandboxConflict, SandboxNotFound
 from activator._holds import HoldGate
 from activator._idle import IdlePolicy
@@ -33,7 +34,7 @@ from activator._settings import ActivatorSettings
 from activator._store import Store, decode_cursor, encode_cursor
 from activator._telemetry import Telemetry
 from activator._transitions import Intent, Kill, Pause, Resume, SetTimeout, Start, Step
-from pool import Runtime, SandboxStats, Template, WarmPools
+from pool import ExecutorInit, Runtime, SandboxStats, Template
 
 __all__ = ["Activator", "Page"]
 
@@ -44,6 +45,12 @@ _STORED_AS = {
     SandboxState.RUNNING: (SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.SNAPSHOTTED),
     SandboxState.PAUSED: (SandboxState.PAUSED, SandboxState.SNAPSHOTTED),
 }
+
+
+class WarmClaims(Protocol):
+    """Warm pools as the activator uses them (`pool.WarmPools` on this machine, `pool.KubeWarmPools` on a cluster)."""
+
+    async def claim(self, template: str, init: ExecutorInit) -> str | None: ...
 
 
 class Page(NamedTuple):
@@ -66,12 +73,13 @@ class Activator:
         clock: Callable[[], float] = time.time,
         on_halt: Callable[[str], None] | None = None,
         health_details: Callable[[], Mapping[str, object]] | None = None,
-        warm: WarmPools | None = None,
+        warm: WarmClaims | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
         """`on_halt(sandbox_id)` drops the gateway's idle connections into a sandbox (e.g. its `pool.drop`): called
         before a sandbox is frozen, snapshotted or killed, and when an idle sandbox's connections are all idle.
         `health_details()` adds the runtime's facts (e.g. CRIU) to `health()`. `warm` hands out started sandboxes
-        to creates."""
+        to creates. `coordinator` is what gateway replicas share (`start_coordination` subscribes to it)."""
         self.settings = settings
         self.catalog = TemplateCatalog(templates, settings.template_aliases, loaded_at=clock())
         self.telemetry = Telemetry()
@@ -80,17 +88,20 @@ class Activator:
         self._clock = clock
         self._health_details = health_details
         self._warm = warm
+        self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
         self._machine = SandboxMachine(
-            store, runtime, self.catalog, self._logs, self.telemetry, clock=clock, on_halt=on_halt
-        )
-        self._activity = Activity(clock)
+            store, runtime, self.catalog, self._logs, self.telemetry, clock=clock, on_halt=on_halt,
+            coordinator=self._coordinator,
+        )  # fmt: skip
+        self._activity = Activity(clock, on_touch=self._coordinator.note_activity if self._coordinator.shared else None)
         self.holds = HoldGate(max_held=settings.max_held, deadline=settings.hold_deadline, telemetry=self.telemetry)
         self._opener = Opener(self._machine, runtime, self._activity, self.holds, self.telemetry)
         idle = IdlePolicy(templates, pause_after=settings.pause_after, snapshot_after=settings.snapshot_after)
         self._reaper = Reaper(
             self._machine, runtime, store, activity=self._activity, opener=self._opener, idle=idle, clock=clock,
             interval=settings.reap_interval, killed_retention=settings.killed_retention, on_halt=on_halt,
+            coordinator=self._coordinator,
         )  # fmt: skip
 
     @property
@@ -101,6 +112,17 @@ class Activator:
     async def recover(self) -> None:
         """Reconcile the stored records with the runtime after a restart; call once before serving."""
         await self._machine.recover()
+
+    async def start_coordination(self) -> None:
+        """Hear of the other replicas' transitions (a no-op alone); call once before serving."""
+        await self._coordinator.start(self._machine.changed_elsewhere)
+
+    async def run_activity_beacon(self, interval: float = 1.0) -> None:
+        """Among replicas: keep telling the others which sandboxes are busy here (long requests, WebSockets), so the
+        leader's idle policy leaves them alone; until cancelled."""
+        while self._coordinator.shared:
+            self._activity.touch_busy()
+            await asyncio.sleep(interval)
 
     async def sandbox_exited(self, sandbox_id: str) -> None:
         """The runtime saw the sandbox's processes end on their own (a crash, or its pid 1 exited): record it."""
@@ -134,10 +156,11 @@ class Activator:
 
     def get(self, owner: str, sandbox_id: str) -> SandboxRecord:
         """The sandbox's current record; SandboxNotFound if it is killed, unknown, or another key's."""
-        record = self._machine.live.get(sandbox_id)
-        if record is None or record.owner != owner:
-            raise SandboxNotFound(f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it")
-        return record
+        return _owned_by(owner, sandbox_id, self._machine.live.get(sandbox_id))
+
+    async def lookup(self, owner: str, sandbox_id: str) -> SandboxRecord:
+        """`get`, also for a sandbox another replica created a moment ago (read from the store on a miss)."""
+        return _owned_by(owner, sandbox_id, await self._machine.load(sandbox_id))
 
     async def kill(self, owner: str, sandbox_id: str) -> None:
         """Kill the sandbox; a second kill finds nothing (SandboxNotFound)."""
@@ -285,7 +308,7 @@ class Activator:
             _log.warning("sandbox %s: could not kill it: %s", sandbox_id, exc)
 
     async def _owned(self, owner: str, sandbox_id: str, intent: Intent) -> Step:
-        self.get(owner, sandbox_id)  # owners never change, so checking outside the sandbox's lock is safe
+        await self.lookup(owner, sandbox_id)  # owners never change, so checking outside the sandbox's lock is safe
         step = await self._machine.apply(sandbox_id, intent)
         if step.action in ("thaw", "restore"):
             self._activity.touch(sandbox_id)  # woken by the API: the idle clock starts again
@@ -295,3 +318,9 @@ class Activator:
         if not 0 <= seconds <= self.settings.max_timeout:
             raise InvalidRequest(f"Timeout must be between 0 and {self.settings.max_timeout} seconds, not {seconds}")
         return float(seconds)
+
+
+def _owned_by(owner: str, sandbox_id: str, record: SandboxRecord | None) -> SandboxRecord:
+    if record is None or record.owner != owner:
+        raise SandboxNotFound(f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it")
+    return record

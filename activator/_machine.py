@@ -21,6 +21,7 @@ from typing import TypeVar
 from msgspec.structs import replace
 
 from activator._catalog import TemplateCatalog
+from activator._coordination import Coordinator, SoloCoordinator
 from activator._errors import ActivatorError
 from activator._logs import LogLevel, LogLine, SandboxLogs
 from activator._records import SandboxRecord, SandboxState
@@ -50,8 +51,12 @@ class SandboxMachine:
         *,
         clock: Callable[[], float] = time.time,
         on_halt: Callable[[str], None] | None = None,
+        coordinator: Coordinator | None = None,
     ) -> None:
+        """`coordinator` is what replicas share (`--redis-url`); when it is shared, every transition takes the
+        sandbox's lock across replicas and starts from the stored record, and others hear of its end."""
         self._store = store
+        self._coordinator = coordinator or SoloCoordinator()
         self._runtime = runtime
         self._catalog = catalog
         self._logs = logs
@@ -67,6 +72,10 @@ class SandboxMachine:
         # One lock per sandbox id, guarding the plan -> store -> act -> cache sequence of its transitions. Weak
         # values: a lock disappears once no transition holds or awaits it, so the dict stays as small as the work.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # Re-reads of records other replicas changed: ids queued (so a burst of messages costs one read), and
+        # the tasks doing it (kept so they are not collected mid-flight).
+        self._refreshing: set[str] = set()
+        self._refreshes: set[asyncio.Task[None]] = set()
 
     @property
     def live(self) -> Mapping[str, SandboxRecord]:
@@ -83,7 +92,9 @@ class SandboxMachine:
         `guard` runs under the lock, after the sandbox is marked leaving and before anything is stored; when
         it says False the transition is skipped (the idle policy uses it to back off when traffic came).
         """
-        async with self._lock(sandbox_id):
+        async with self._lock(sandbox_id), self._coordinator.sandbox_lock(sandbox_id):
+            if self._coordinator.shared:  # another replica may have changed it since we last heard
+                await self._reload(sandbox_id)
             before = self._live.get(sandbox_id)
             step = plan(before, intent, self._clock())
             if step.action is None and step.record == before:
@@ -97,6 +108,48 @@ class SandboxMachine:
                 return await self._carry_out(step, intent)
             finally:
                 self._leaving.discard(sandbox_id)
+                if self._coordinator.shared and self._live.get(sandbox_id) is not before:
+                    await self._coordinator.publish_changed(sandbox_id)
+
+    async def load(self, sandbox_id: str) -> SandboxRecord | None:
+        """The sandbox's live record, read from the store when this replica has not heard of it yet (a sandbox
+        another replica created a moment ago); None when it is unknown or killed."""
+        record = self._live.get(sandbox_id)
+        if record is None and self._coordinator.shared:
+            async with self._lock(sandbox_id):
+                record = await self._reload(sandbox_id)
+        return record
+
+    def changed_elsewhere(self, sandbox_id: str) -> None:
+        """Another replica changed the sandbox: re-read its record (the coordinator's subscriber calls this)."""
+        if sandbox_id in self._refreshing:
+            return
+        self._refreshing.add(sandbox_id)
+        task = asyncio.create_task(self._refresh(sandbox_id))
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh(self, sandbox_id: str) -> None:
+        try:
+            async with self._lock(sandbox_id):
+                self._refreshing.discard(sandbox_id)
+                await self._reload(sandbox_id)
+        except ActivatorError as exc:
+            _log.warning(
+                "sandbox %s: could not re-read its record after another replica changed it: %s", sandbox_id, exc
+            )
+
+    async def _reload(self, sandbox_id: str) -> SandboxRecord | None:
+        """Replace the cached record by the stored one (under the sandbox's lock)."""
+        record = await self._store.get(sandbox_id)
+        if record is None or record.state is SandboxState.KILLED:
+            if self._live.pop(sandbox_id, None) is not None:
+                self._logs.drop(sandbox_id)
+            return None
+        if self._live.get(sandbox_id) != record:
+            self._live[sandbox_id] = record
+            self._runtime.note_spec(self.spec_for(record))
+        return record
 
     async def _carry_out(self, step: Step, intent: Intent) -> Step:
         await self._store.put(step.record)
@@ -112,11 +165,18 @@ class SandboxMachine:
         return step
 
     async def recover(self) -> None:
-        """After a restart: load the stored live records and reconcile them with the runtime's sandboxes."""
+        """After a restart: load the stored live records and reconcile them with the runtime's sandboxes (alone;
+        a replica among others only loads them)."""
         alive = await runtime_call("recover its sandboxes", self._runtime.recover())
         snapshotted = self._runtime.snapshotted_ids()
         records = await self._store.live()
         self._live.update((record.id, record) for record in records)
+        for record in records:
+            self._runtime.note_spec(self.spec_for(record))
+        if self._coordinator.shared:
+            # Other replicas are mid-transition on some of these right now, so facts read here may be stale: a
+            # replica that joins only loads the records. Sandboxes are in the cluster, not in a crashed process.
+            return
         for record in records:
             facts = Reassert(alive=record.id in alive, snapshotted=record.id in snapshotted)
             await self._recover_one(record.id, self.apply(record.id, facts))

@@ -61,7 +61,7 @@ class Opener:
         SandboxNotFound: unknown, killed, or paused without auto-resume (E2B's proxy answers all three with 502
         "...was not found"); HoldQueueFull, HoldTimeout, ClientGone: from the hold.
         """
-        record = self._machine.live.get(sandbox_id)
+        record = await self._machine.load(sandbox_id)
         if record is None:
             raise SandboxNotFound(f"The sandbox was not found: {sandbox_id}")
         if record.state is SandboxState.RUNNING and not self._machine.leaving(sandbox_id):

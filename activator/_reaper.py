@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from activator._activity import Activity
+from activator._coordination import Coordinator
 from activator._errors import ActivatorError, SandboxConflict, SandboxNotFound
 from activator._idle import IdlePolicy
 from activator._machine import Guard, SandboxMachine
@@ -43,6 +44,7 @@ class Reaper:
         interval: float,
         killed_retention: float,
         on_halt: Callable[[str], None] | None,
+        coordinator: Coordinator,
     ) -> None:
         self._machine = machine
         self._runtime = runtime
@@ -54,6 +56,7 @@ class Reaper:
         self.interval = interval
         self._killed_retention = killed_retention
         self._on_halt = on_halt
+        self._coordinator = coordinator
         self._since = clock()  # activity is not persisted: after a restart every sandbox counts as active from here
         # id -> the frozen record whose snapshot would lose processes: a frozen sandbox's processes cannot change,
         # so the runtime is not asked again until the record changes. Written by the pass only.
@@ -70,6 +73,8 @@ class Reaper:
 
     async def reap_once(self) -> None:
         """Kill or pause sandboxes past their deadline, freeze or snapshot idle ones, purge old killed records."""
+        if self._coordinator.shared:  # the traffic the other replicas saw counts too
+            self._activity.merge(await self._coordinator.activity())
         now = self._clock()
         due: list[_Due] = []
         for record in self._machine.live.values():

@@ -7,11 +7,14 @@
     GET|HEAD|POST /files           download / upload
     POST /process.Process/*        Connect RPCs
     POST /filesystem.Filesystem/*  Connect RPCs
+    GET|POST /agent-sandbox/freeze 200 state / 204 after stopping every descendant process (`_freeze`)
+    POST /agent-sandbox/thaw       204 after continuing them
+    GET|PUT /agent-sandbox/archive the working directory as a tar.gz / restored from one (`_archive`)
     anything else                  404
 
-The RPC services, /files and /metrics are imported only by `load()`: start-up time matters more
-than the first RPC's, so the entry point calls `load()` right after it reports ready, and the
-handlers call it too in case a request beats it.
+The RPC services, /files, /metrics, freeze and archive are imported only by `load()`: start-up
+time matters more than the first RPC's, so the entry point calls `load()` right after it reports
+ready, and the handlers call it too in case a request beats it.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from executor._exchange import Request, Response
 from executor._reaper import Reaper
 
 if TYPE_CHECKING:
+    from executor._archive import Archives
     from executor._connect import Rpc
     from executor._files import Files
+    from executor._freeze import Freezer
     from executor._metrics import Metrics
     from executor._processes import ProcessTable
     from executor._watch_service import WatchService
@@ -49,6 +54,7 @@ class Settings:
     """How this executor runs; decided once by the entry point (what /init may change is `Defaults`)."""
 
     max_upload_bytes: int = 1024**3
+    max_archive_bytes: int = 256 * 1024**2
     process_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -59,6 +65,8 @@ class _Loaded:
     metrics: Metrics
     processes: ProcessTable
     watches: WatchService
+    freezer: Freezer
+    archives: Archives
 
 
 class App:
@@ -75,13 +83,18 @@ class App:
             "/envs": {"GET": self._envs},
             "/metrics": {"GET": self._metrics},
             "/files": {"GET": self._download, "HEAD": self._download, "POST": self._upload},
+            "/agent-sandbox/freeze": {"GET": self._freeze, "POST": self._freeze},
+            "/agent-sandbox/thaw": {"POST": self._thaw},
+            "/agent-sandbox/archive": {"GET": self._archive, "PUT": self._archive},
         }
 
     def load(self) -> _Loaded:
         """Import and build everything beyond /health and /init (once)."""
         if self._loaded is None:
+            from executor._archive import Archives
             from executor._files import Files
             from executor._filesystem_service import FilesystemService
+            from executor._freeze import Freezer
             from executor._metrics import Metrics
             from executor._process_service import ProcessService
             from executor._processes import ProcessTable
@@ -95,7 +108,8 @@ class App:
             }
             rpcs = {f"/{service}/{name}": rpc for service, methods in services.items() for name, rpc in methods.items()}
             files = Files(self._defaults, self._settings.max_upload_bytes)
-            self._loaded = _Loaded(rpcs, files, Metrics(), processes, watches)
+            archives = Archives(self._defaults, self._settings.max_archive_bytes)
+            self._loaded = _Loaded(rpcs, files, Metrics(), processes, watches, Freezer(), archives)
         return self._loaded
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -150,6 +164,16 @@ class App:
 
     async def _upload(self, request: Request, response: Response) -> None:
         await self.load().files.upload(request, response)
+
+    async def _freeze(self, request: Request, response: Response) -> None:
+        await self.load().freezer.handle_freeze(request, response)
+
+    async def _thaw(self, request: Request, response: Response) -> None:
+        await self.load().freezer.handle_thaw(request, response)
+
+    async def _archive(self, request: Request, response: Response) -> None:
+        archives = self.load().archives
+        await (archives.download if request.method == "GET" else archives.upload)(request, response)
 
     async def _rpc(self, request: Request, response: Response) -> None:
         rpc = self.load().rpcs.get(request.path)

@@ -2,6 +2,7 @@
 
     python3 -m executor [--host 0.0.0.0] [--port 49983] [--ready-fd N] [--log PATH]
                         [--default-user user] [--init-file PATH] [--max-upload-bytes N]
+                        [--max-archive-bytes N]
 
 The launcher waits for `ready` on --ready-fd. SIGTERM (or SIGINT) kills every process the
 executor started and exits 0.
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         _become_subreaper()
     settings = Settings(
         max_upload_bytes=options.max_upload_bytes,
+        max_archive_bytes=options.max_archive_bytes,
         process_path=os.environ.get("PATH") or Settings.process_path,
     )
     defaults = Defaults(user=options.default_user)
@@ -89,6 +91,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--init-file", help="JSON with the fields of POST /init, applied at start-up")
     parser.add_argument(
         "--max-upload-bytes", type=int, default=1024**3, help="largest accepted POST /files body (default: 1 GiB)"
+    )
+    parser.add_argument(
+        "--max-archive-bytes",
+        type=int,
+        default=Settings.max_archive_bytes,
+        help="largest archive GET or PUT /agent-sandbox/archive handles (default: 256 MiB)",
     )
     return parser.parse_args(argv)
 

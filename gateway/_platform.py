@@ -6,17 +6,35 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol
 
 import msgspec
 
-from activator import Activator, ActivatorSettings, ApiKeys, McpServer, SandboxUrls, SqliteStore, Store, new_sandbox_id
+from activator import (
+    Activator,
+    ActivatorSettings,
+    ApiKeys,
+    Coordinator,
+    KubeStore,
+    McpServer,
+    RedisCoordinator,
+    SandboxUrls,
+    SoloCoordinator,
+    SqliteStore,
+    Store,
+    new_sandbox_id,
+)
 from gateway._http_proxy import UpstreamConnection
 from gateway._settings import ServeSettings
 from gateway._upstream import UpstreamPool
 from pool import (
+    ExecutorInit,
+    KubernetesRuntime,
+    KubeWarmPools,
+    LeaderElection,
     LocalRuntime,
     LocalRuntimeSettings,
     PoolError,
@@ -26,6 +44,7 @@ from pool import (
     WarmPools,
     load_templates,
     open_kube_runtime,
+    while_leading,
 )
 
 __all__ = ["Platform", "open_platform"]
@@ -39,6 +58,20 @@ class ServerRuntime(Runtime, Protocol):
     def capabilities(self) -> RuntimeCapabilities: ...
 
 
+class ServerWarmPools(Protocol):
+    """Warm pools as the server runs them: `pool.WarmPools` here, `pool.KubeWarmPools` on a cluster."""
+
+    async def claim(self, template: str, init: ExecutorInit) -> str | None: ...
+
+    def forget(self, sandbox_id: str) -> bool: ...
+
+    def stats(self) -> Mapping[str, Any]: ...
+
+    async def run(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Platform(msgspec.Struct, frozen=True, kw_only=True):
     """The running parts the app is assembled from."""
 
@@ -50,7 +83,7 @@ class Platform(msgspec.Struct, frozen=True, kw_only=True):
     activator: Activator
     upstreams: UpstreamPool[UpstreamConnection]
     mcp: McpServer
-    # The warm pools' figures for /metrics (template -> `pool.WarmPoolStats`), once warm pools are wired in.
+    # The warm pools' figures for /metrics (template -> `pool.WarmPoolStats`).
     warm_pool_stats: Callable[[], Mapping[str, Any]] | None = None
 
 
@@ -66,15 +99,22 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
     async with AsyncExitStack() as stack:
         templates = load_templates(settings.templates)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        store = await SqliteStore.open(settings.data_dir / "state.db")
-        stack.push_async_callback(store.close)
         runtime = await _open_runtime(stack, settings, templates)
+        store: Store = (
+            await KubeStore.open(runtime.api, runtime.settings.namespace)
+            if isinstance(runtime, KubernetesRuntime)
+            else await SqliteStore.open(settings.data_dir / "state.db")
+        )
+        stack.push_async_callback(store.close)
+        coordinator = _coordinator(settings)
+        stack.push_async_callback(coordinator.close)
         upstreams: UpstreamPool[UpstreamConnection] = UpstreamPool()
         stack.callback(upstreams.close)
         pools = _warm_pools(runtime, templates, settings)
         activator = Activator(
             store, runtime, templates, _activator_settings(settings), on_halt=upstreams.drop,
             health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,
+            coordinator=coordinator,
         )  # fmt: skip
 
         async def on_exit(sandbox_id: str) -> None:
@@ -84,8 +124,9 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         if isinstance(runtime, LocalRuntime):  # kubernetes: a pod that ends is replaced by its ReplicaSet
             runtime.set_exit_listener(on_exit)
         await activator.recover()
-        for task in (asyncio.create_task(activator.run_reaper()), asyncio.create_task(pools.run())):
-            stack.push_async_callback(_cancel, task)
+        await activator.start_coordination()
+        for work in _background_loops(stack, settings, runtime, activator, pools):
+            stack.push_async_callback(_cancel, asyncio.create_task(work))
         stack.push_async_callback(pools.close)  # runs first: stop the refills, then kill unclaimed sandboxes
         keys = ApiKeys(store)
         urls = SandboxUrls(domain=settings.domain, scheme="https" if settings.tls_cert else "http", port=settings.port)
@@ -120,11 +161,55 @@ async def _open_runtime(
     return local
 
 
-def _warm_pools(runtime: ServerRuntime, templates: dict[str, Template], settings: ServeSettings) -> WarmPools:
+def _warm_pools(runtime: ServerRuntime, templates: dict[str, Template], settings: ServeSettings) -> ServerWarmPools:
     try:
+        if isinstance(runtime, KubernetesRuntime):
+            return KubeWarmPools(runtime.api, runtime.settings, templates, new_id=new_sandbox_id, targets=settings.warm)
         return WarmPools(runtime, templates, new_id=new_sandbox_id, targets=settings.warm)
     except ValueError as exc:
         raise SystemExit(f"agent-sandbox: --warm: {exc}") from exc
+
+
+def replica_id(settings: ServeSettings) -> str:
+    """This replica's name among the others: `--replica-id`, else the pod's name, else host name and pid."""
+    return settings.replica_id or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _coordinator(settings: ServeSettings) -> Coordinator:
+    if settings.redis_url is None:
+        return SoloCoordinator()
+    try:
+        return RedisCoordinator(settings.redis_url, replica_id=replica_id(settings))
+    except ValueError as exc:
+        raise SystemExit(f"agent-sandbox: --redis-url / --replica-id: {exc}") from exc
+
+
+def _background_loops(
+    stack: AsyncExitStack,
+    settings: ServeSettings,
+    runtime: ServerRuntime,
+    activator: Activator,
+    pools: ServerWarmPools,
+) -> list[Coroutine[Any, Any, None]]:
+    """The reaper and the warm pools' refill; on a cluster they run on the elected leader only (any replica
+    may die, and two reapers would race), and every replica tells the others what is busy on it."""
+    if not isinstance(runtime, KubernetesRuntime):
+        return [activator.run_reaper(), pools.run()]
+    identity = replica_id(settings)
+    election = LeaderElection(
+        runtime.api, runtime.settings.namespace, identity=identity, lease_duration=settings.lease_duration,
+        on_change=lambda leading: _log.info(
+            "replica %s %s the leader: reaper and warm pools %s here", identity,
+            "is now" if leading else "is no longer", "run" if leading else "stop",
+        ),
+    )  # fmt: skip
+    stack.push_async_callback(election.release)  # runs after the loops below are cancelled: the next leader at once
+    return [
+        election.run(),
+        while_leading(election, activator.run_reaper),
+        while_leading(election, pools.run),
+        activator.run_activity_beacon(),
+    ]
 
 
 def _activator_settings(settings: ServeSettings) -> ActivatorSettings:

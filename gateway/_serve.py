@@ -9,27 +9,29 @@ import sys
 import uvicorn
 import uvloop
 
-from activator import ApiKeys, SqliteStore
 from gateway._app import create_app
 from gateway._client_watch import ClientWatch
-from gateway._platform import open_platform
+from gateway._key_secret import api_key_from_secret
+from gateway._platform import Platform, open_platform
 from gateway._settings import ServeSettings
+from pool import KubernetesRuntime
 
 __all__ = ["serve"]
 
 _log = logging.getLogger("agent-sandbox")
 
 
-async def _bootstrap_key(settings: ServeSettings) -> None:
-    """Register AGENT_SANDBOX_API_KEY, or on first start create a key, print it once and save it."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = await SqliteStore.open(settings.data_dir / "state.db")
+async def _bootstrap_key(settings: ServeSettings, platform: Platform) -> None:
+    """Register AGENT_SANDBOX_API_KEY (or the key in `--api-key-secret`), or on first start create a key, print it
+    once and save it."""
+    explicit = settings.api_key
+    runtime = platform.runtime
+    if settings.api_key_secret is not None and isinstance(runtime, KubernetesRuntime):
+        explicit = await api_key_from_secret(runtime.api, runtime.settings.namespace, settings.api_key_secret)
     try:
-        created = await ApiKeys(store).ensure_bootstrap_key(settings.api_key)
+        created = await platform.keys.ensure_bootstrap_key(explicit)
     except ValueError as exc:
         sys.exit(f"agent-sandbox: {exc}")
-    finally:
-        await store.close()
     if created is None:
         return
     path = settings.data_dir / "api-key"
@@ -40,8 +42,8 @@ async def _bootstrap_key(settings: ServeSettings) -> None:
 
 
 async def _serve(settings: ServeSettings) -> None:
-    await _bootstrap_key(settings)
     async with open_platform(settings) as platform:
+        await _bootstrap_key(settings, platform)
         server = uvicorn.Server(_config(settings, create_app(platform)))
         _log.info(
             "serving on http://%s:%d (sandboxes at <port>-<id>.%s)", settings.host, settings.port, settings.domain

@@ -36,6 +36,11 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     kubeconfig: Path | None = None  # kubernetes: None means in-cluster (the pod's ServiceAccount)
     namespace: str | None = None  # kubernetes: None means the kubeconfig's (or the pod's) namespace, else "default"
     kube_sandbox_user: Literal["user", "root"] | None = None  # kubernetes: over every template's user (dev cluster)
+    # kubernetes: the Secret whose `api-key` is the bootstrap key (filled in with a new key when empty)
+    api_key_secret: str | None = None
+    redis_url: str | None = None  # several replicas: what they share (route cache, activation locks, activity)
+    replica_id: str = ""  # this replica's name among the others ("" = the pod's name, else host name and pid)
+    lease_duration: float = 15.0  # kubernetes: seconds until another replica takes over a dead leader's loops
 
     @property
     def cgroup_name(self) -> str:

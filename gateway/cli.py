@@ -58,6 +58,24 @@ def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> Non
         "--kube-sandbox-user", choices=["user", "root"], default=_env_default("kube_sandbox_user", None),
         help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)",
     )  # fmt: skip
+    serve.add_argument(
+        "--api-key-secret", default=_env_default("api_key_secret", None), metavar="NAME",
+        help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key",
+    )  # fmt: skip
+    serve.add_argument(
+        "--redis-url", default=_env_default("redis_url", None), metavar="URL",
+        help="run as one of several replicas sharing this Redis (route cache, activation locks, activity); "
+        "without it this replica works alone",
+    )  # fmt: skip
+    serve.add_argument(
+        "--replica-id", default=_env_default("replica_id", defaults.replica_id),
+        help="this replica's name among the others (default: $POD_NAME, else host name and pid)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--lease-duration", type=float, default=_env_default("lease_duration", defaults.lease_duration), metavar="S",
+        help="kubernetes: seconds before another replica takes over the background loops of a dead leader "
+        "(default %(default)s)",
+    )  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "deploy":  # a client of a running server: no root needed
         sys.exit(run_deploy(args))
-    if os.geteuid() != 0:
+    on_cluster = args.command == "serve" and args.runtime == "kubernetes"  # sandboxes are pods: no root needed
+    if os.geteuid() != 0 and not on_cluster:
         sys.exit("agent-sandbox must run as root: it creates namespaces, cgroups and overlay mounts")
     match args.command:
         case "serve":
@@ -162,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     max_held=int(args.max_held), hold_deadline=float(args.hold_deadline), warm=dict(args.warm),
                     runtime=args.runtime, kubeconfig=args.kubeconfig and Path(args.kubeconfig),
                     namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
+                    api_key_secret=args.api_key_secret, redis_url=args.redis_url, replica_id=args.replica_id,
+                    lease_duration=float(args.lease_duration),
                 )
             )  # fmt: skip
         case "keys":

@@ -12,7 +12,7 @@ from pool._errors import (
     SandboxGone,
 )
 from pool._executor_client import post_init
-from pool._kube import KubernetesRuntime, KubeSettings, open_kube_runtime
+from pool._kube import KubernetesRuntime, KubeSettings, KubeWarmPools, LeaderElection, open_kube_runtime, while_leading
 from pool._local import LocalRuntime, LocalRuntimeSettings
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
@@ -41,7 +41,9 @@ __all__ = [
     "ImageBuildError",
     "ImageStore",
     "KubeSettings",
+    "KubeWarmPools",
     "KubernetesRuntime",
+    "LeaderElection",
     "LocalRuntime",
     "LocalRuntimeSettings",
     "PlatformCheck",
@@ -66,4 +68,5 @@ __all__ = [
     "load_templates",
     "open_kube_runtime",
     "post_init",
+    "while_leading",
 ]

@@ -1,4 +1,8 @@
-"""The few calls the control plane makes to a sandbox's executor, over a socket the runtime opened."""
+"""The few calls the control plane makes to a sandbox's executor, over a socket the runtime opened.
+
+Each call uses up its socket (`Connection: close`). `freeze`/`thaw` and the archive calls are the executor's own
+endpoints (`/agent-sandbox/*`), with which the Kubernetes runtime pauses and snapshots a pod from inside it.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +18,23 @@ from pool import _envd as envd
 from pool._errors import ExecutorError, RuntimeFailure
 from pool._runtime import ExecutorInit
 
-__all__ = ["EXECUTOR_PORT", "exchange", "post_init", "read_file", "start_process"]
+__all__ = [
+    "EXECUTOR_PORT",
+    "download_archive",
+    "exchange",
+    "freeze",
+    "post_init",
+    "read_file",
+    "start_process",
+    "thaw",
+    "upload_archive",
+]
 
 EXECUTOR_PORT = 49983  # fixed by E2B's envd protocol, in every runtime
 _encoder = msgspec.json.Encoder()
 _TIMEOUT = 10.0
+_ARCHIVE_TIMEOUT = 120.0
+"""An archive is up to the executor's --max-archive-bytes (256 MiB) each way, packed or unpacked meanwhile."""
 
 
 class _Command(msgspec.Struct, kw_only=True):
@@ -92,6 +108,45 @@ async def read_file(sock: socket.socket, path: str, *, user: str, token: str | N
     return body
 
 
+async def freeze(sock: socket.socket, token: str | None) -> None:
+    """Stop every process of the sandbox but the executor (`POST /agent-sandbox/freeze`); idempotent."""
+    await _call(sock, "POST", "/agent-sandbox/freeze", token)
+
+
+async def thaw(sock: socket.socket, token: str | None) -> None:
+    """Continue every process of the sandbox (`POST /agent-sandbox/thaw`); idempotent."""
+    await _call(sock, "POST", "/agent-sandbox/thaw", token)
+
+
+async def download_archive(sock: socket.socket, token: str | None, *, limit: int) -> bytes:
+    """The sandbox's working directory as a tar.gz (`GET /agent-sandbox/archive`); RuntimeFailure past `limit` bytes."""
+    return await _call(sock, "GET", "/agent-sandbox/archive", token, limit=limit, time_limit=_ARCHIVE_TIMEOUT)
+
+
+async def upload_archive(sock: socket.socket, token: str | None, archive: bytes) -> None:
+    """Unpack a `download_archive` tar.gz into the sandbox's working directory (`PUT /agent-sandbox/archive`)."""
+    headers = {"Content-Type": "application/gzip"}
+    await _call(sock, "PUT", "/agent-sandbox/archive", token, headers, archive, time_limit=_ARCHIVE_TIMEOUT)
+
+
+async def _call(
+    sock: socket.socket,
+    method: str,
+    path: str,
+    token: str | None,
+    headers: dict[str, str] | None = None,
+    body: bytes = b"",
+    *,
+    limit: int = 1 << 20,
+    time_limit: float = _TIMEOUT,
+) -> bytes:
+    """The body of a 2xx answer; RuntimeFailure with the status and an excerpt of the body otherwise."""
+    status, answer = await exchange(sock, method, path, headers or {}, body, token, limit=limit, time_limit=time_limit)
+    if not 200 <= status < 300:
+        raise RuntimeFailure(f"executor refused {method} {path}: {status} {answer[:300].decode(errors='replace')}")
+    return answer
+
+
 async def exchange(
     sock: socket.socket,
     method: str,
@@ -102,14 +157,15 @@ async def exchange(
     *,
     first_envelope: bool = False,
     limit: int = 1 << 20,
+    time_limit: float = _TIMEOUT,
 ) -> tuple[int, bytes]:
-    """One request through the executor client (`pool._envd`), bounded in time: its status and its body, or only
-    the body's first Connect envelope. RuntimeFailure when the exchange breaks or the body passes `limit`."""
+    """One request through the executor client (`pool._envd`), bounded by `time_limit` seconds: its status and its body,
+    or only the body's first Connect envelope. RuntimeFailure when the exchange breaks or the body passes `limit`."""
     what = f"{method} {target.split('?', 1)[0]}"
     if token:
         headers = {**headers, "X-Access-Token": token}
     try:
-        async with asyncio.timeout(_TIMEOUT), envd.exchange(sock, method, target, headers, body) as response:
+        async with asyncio.timeout(time_limit), envd.exchange(sock, method, target, headers, body) as response:
             if first_envelope and response.status == 200:
                 return response.status, await _first_envelope(response)
             return response.status, await response.read(limit)

@@ -37,6 +37,8 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_id: str
     template: Template
     init: ExecutorInit
+    # Extra annotations for the runtime's objects (owner key id, metadata, lifecycle); never secrets.
+    annotations: dict[str, str] = {}
 
 
 class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +83,13 @@ class Runtime(Protocol):
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         """Kill every process of the sandbox and release its resources."""
+
+    def note_spec(self, spec: SandboxSpec) -> None:
+        """Keep what is needed to reach this sandbox's executor later, e.g. its access token.
+
+        Called by the activator before any action on a sandbox it did not start in this process (another
+        replica, or before a restart): the runtime's other methods take only the sandbox's ID.
+        """
 
     async def freeze(self, sandbox_id: str) -> None:
         """Freeze every process (memory kept, no CPU)."""

@@ -2,7 +2,8 @@
 
 A template names its filesystem layers (built once into the image cache, see `_images`), the environment
 and user its processes get, the commands started with it, and its resource limits. A template may name a
-`parent` whose layers lie below its own and whose settings it inherits unless it sets them itself.
+`parent` whose layers lie below its own and whose settings it inherits unless it sets them itself. On
+Kubernetes `image` names the container image with those layers built in (`deploy/Dockerfile.sandbox-*`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class _TemplateFile(_Config, kw_only=True):
     warm: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     pause_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
     snapshot_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    image: str | None = None
 
 
 class Template(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +105,9 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     warm: int
     pause_after: float | None
     snapshot_after: float | None
+    # kubernetes: the container image its pods run (the layers built in, the executor its entrypoint); ""
+    # means the runtime's `<image prefix><name>`. Not inherited: a child template's layers make another image.
+    image: str = ""
 
 
 _DEFAULT = Template(
@@ -150,6 +155,7 @@ def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] =
         warm=own.warm if own.warm is not None else base.warm,
         pause_after=own.pause_after if own.pause_after is not None else base.pause_after,
         snapshot_after=own.snapshot_after if own.snapshot_after is not None else base.snapshot_after,
+        image=own.image or "",
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from activator import Activator, ActivatorSettings, CreateRequest, Store
+from activator import Activator, ActivatorSettings, CreateRequest, SqliteStore, Store
 from pool import (
     PortClosed,
     Resources,
@@ -35,6 +35,7 @@ class FakeRuntime:
         self.frozen: set[str] = set()
         self.snapshots: dict[str, SnapshotKind] = {}
         self.specs: dict[str, SandboxSpec] = {}
+        self.noted: dict[str, SandboxSpec] = {}  # what `note_spec` was told
         self.calls: list[tuple[str, str]] = []
         self.fail: set[str] = set()  # method names that raise RuntimeFailure
         self.listening: set[int] = set()  # ports open_socket connects to
@@ -51,6 +52,9 @@ class FakeRuntime:
         self.running.discard(sandbox_id)
         self.frozen.discard(sandbox_id)
         self.snapshots.pop(sandbox_id, None)
+
+    def note_spec(self, spec: SandboxSpec) -> None:
+        self.noted[spec.sandbox_id] = spec
 
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
         self._call("snapshot_keeps_processes", sandbox_id)
@@ -169,7 +173,7 @@ def request(**changes: Any) -> CreateRequest:
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     """A fresh SQLite store in the test's temporary directory."""
-    store = await Store.open(tmp_path / "state.sqlite")
+    store = await SqliteStore.open(tmp_path / "state.sqlite")
     yield store
     await store.close()
 

@@ -46,8 +46,14 @@ def _run(kube: Kube, namespace: str, scenario: Scenario) -> None:
     asyncio.run(main())
 
 
+# The dev cluster's sandboxes run on the host as root, so their login shells read its ~/.bashrc, whose `pyenv init`
+# rehashes under a lock file that a shell killed meanwhile leaves behind: every later shell would wait 60 s for it.
+_HOST_SHELL = {"PYENV_REHASH_TIMEOUT": "0"}
+
+
 def spec(sandbox_id: str, template: Template = BASE, token: str | None = None) -> SandboxSpec:
-    return SandboxSpec(sandbox_id=sandbox_id, template=template, init=ExecutorInit(access_token=token))
+    init = ExecutorInit(access_token=token, env_vars=_HOST_SHELL)
+    return SandboxSpec(sandbox_id=sandbox_id, template=template, init=init)
 
 
 async def _health(runtime: KubernetesRuntime, sandbox_id: str) -> bytes:
@@ -59,7 +65,7 @@ async def _health(runtime: KubernetesRuntime, sandbox_id: str) -> bytes:
         writer.close()
 
 
-def _pod_ip(kube: Kube, namespace: str, sandbox_id: str) -> str:
+def pod_ip(kube: Kube, namespace: str, sandbox_id: str) -> str:
     with kube.client() as client:
         params = {"labelSelector": f"agent-sandbox.dev/sandbox-id={sandbox_id}"}
         pods = client.get(f"/api/v1/namespaces/{namespace}/pods", params=params).json()["items"]
@@ -78,7 +84,10 @@ def _executor_running_at(ip: str) -> bool:
 
 def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_namespace: str) -> None:
     async def scenario(rt: KubernetesRuntime) -> None:
-        await rt.start(spec("hello", token="tok-never-in-objects"))
+        owned = msgspec.structs.replace(
+            spec("hello", token="tok-never-in-objects"), annotations={"example.com/owner": "k1"}
+        )
+        await rt.start(owned)
         assert rt.is_running("hello")
         assert (await _health(rt, "hello")).startswith(b"HTTP/1.1 204")
         result = await run_in_sandbox(rt, "hello", "echo hi; id -un", user="root", token="tok-never-in-objects")
@@ -87,7 +96,9 @@ def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_names
 
     _run(kube, kube_namespace, scenario)
     replica_set = kube.kubectl("get", "replicaset", "sandbox-hello", "-n", kube_namespace, "-o", "json")
-    labels = msgspec.json.decode(replica_set)["metadata"]["labels"]
+    metadata = msgspec.json.decode(replica_set)["metadata"]
+    assert metadata["annotations"] == {"example.com/owner": "k1"}
+    labels = metadata["labels"]
     assert labels == {
         "agent-sandbox.dev/role": "sandbox",
         "agent-sandbox.dev/sandbox-id": "hello",
@@ -116,7 +127,7 @@ def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_
 
     async def scenario(rt: KubernetesRuntime) -> None:
         await rt.start(spec("goner"))
-        ips.append(_pod_ip(kube, kube_namespace, "goner"))
+        ips.append(pod_ip(kube, kube_namespace, "goner"))
         assert _executor_running_at(ips[0])
         await rt.stop("goner")
         await rt.stop("goner")  # idempotent
@@ -142,16 +153,40 @@ def test_a_new_runtime_recovers_running_sandboxes(kube: Kube, kube_namespace: st
     asyncio.run(main())
 
 
-def test_pause_and_snapshots_say_they_are_not_available_yet(kube: Kube, kube_namespace: str) -> None:
-    async def scenario(rt: KubernetesRuntime) -> None:
-        with pytest.raises(SandboxGone):
-            await rt.freeze("nosuch")
-        await rt.start(spec("frozen"))
-        for call in (rt.freeze, rt.thaw, rt.snapshot):
-            with pytest.raises(RuntimeFailure, match="not available on the kubernetes runtime yet"):
-                await call("frozen")
-        assert not rt.snapshot_keeps_processes("frozen")
-        assert rt.is_running("frozen")
-        await rt.stop("frozen")
+def test_a_second_runtime_acts_on_a_sandbox_the_first_started(kube: Kube, kube_namespace: str) -> None:
+    async def main() -> None:
+        async with (
+            kube_runtime(kube.kubeconfig, kube_namespace) as first,
+            kube_runtime(kube.kubeconfig, kube_namespace) as second,
+        ):
+            await first.start(spec("shared", token="tok-shared"))
+            with pytest.raises(RuntimeFailure, match="note_spec"):
+                await second.stats("shared")  # its executor wants the token, which this process never saw
+            second.note_spec(spec("shared", token="tok-shared"))
+            assert (await second.stats("shared")).mem_total > 0
+            assert second.is_running("shared")
+            await second.freeze("shared")
+            await second.thaw("shared")
+            result = await run_in_sandbox(second, "shared", "echo via second", user="root", token="tok-shared")
+            assert result.stdout == "via second\n"
+            await second.stop("shared")
+            assert not second.is_running("shared")
+            await asyncio.to_thread(wait_for, lambda: not first.is_running("shared"), what="the first to see it go")
 
-    _run(kube, kube_namespace, scenario)
+    asyncio.run(main())
+
+
+def test_a_sandbox_created_a_moment_ago_elsewhere_is_found_before_the_watch_shows_it(
+    kube: Kube, kube_namespace: str
+) -> None:
+    async def main() -> None:
+        async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
+            await first.start(spec("fresh"))
+            async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
+                # An unknown sandbox is looked up once before it counts as gone: no watch has started yet here.
+                assert (await _health(second, "fresh")).startswith(b"HTTP/1.1 204")
+                with pytest.raises(SandboxGone):
+                    await second.open_socket("nosuch", 49983)
+            await first.stop("fresh")
+
+    asyncio.run(main())

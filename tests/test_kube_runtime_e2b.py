@@ -1,43 +1,159 @@
-"""`agent-sandbox serve --runtime kubernetes` against the dev cluster, driven by the real `e2b` SDK."""
+"""`agent-sandbox serve --runtime kubernetes` against the dev cluster, driven by the real `e2b` SDK.
+
+The E2B issue's SDK checks on the second runtime: create, commands, files, list, kill, pause / connect (the
+sandbox scaled to zero and back with its files), and a held burst released by one resume.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import Sandbox
+from e2b import Sandbox, SandboxQuery
 
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, wait_for
-from tests.server_fixtures import running_server
+from tests.scale_to_zero_fixtures import Reply, metric
+from tests.server_fixtures import RunningServer, running_server
 
 kube = kube_fixtures.kube
-kube_namespace = kube_fixtures.kube_namespace
 
 pytestmark = pytest.mark.timeout(240)
+
+BURST = 300
+
+
+@pytest.fixture(scope="module")
+def namespace(kube: Kube) -> Iterator[str]:
+    name = f"e2b-{secrets.token_hex(4)}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def server(kube: Kube, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    kube_args = ["--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", namespace]
+    # The dev cluster runs executors on the host, which has no `user` account: every sandbox runs as root.
+    data = tmp_path_factory.mktemp("kube-e2b") / "data"
+    with running_server(data, *kube_args, "--kube-sandbox-user", "root") as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def e2b_env(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in server.e2b_env().items():
+        monkeypatch.setenv(name, value)
 
 
 def _replica_sets(kube: Kube, namespace: str) -> list[str]:
     return kube.kubectl("get", "replicasets", "-n", namespace, "-o", "name").split()
 
 
-def test_e2b_sdk_creates_uses_and_kills_a_sandbox_on_kubernetes(
-    kube: Kube, kube_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    kube_args = ["--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", kube_namespace]
-    # The dev cluster runs executors on the host, which has no `user` account: every sandbox runs as root.
-    with running_server(tmp_path / "data", *kube_args, "--kube-sandbox-user", "root") as server:
-        for name, value in server.e2b_env().items():
-            monkeypatch.setenv(name, value)
-        sbx = Sandbox.create(envs={"GREETING": "hello"}, timeout=120)
+def _replicas_of(kube: Kube, namespace: str, sandbox_id: str) -> str:
+    path = "jsonpath={.spec.replicas}"
+    return kube.kubectl("get", "replicaset", f"sandbox-{sandbox_id}", "-n", namespace, "-o", path).strip()
+
+
+def test_e2b_sdk_creates_uses_and_kills_a_sandbox_on_kubernetes(kube: Kube, namespace: str) -> None:
+    sbx = Sandbox.create(envs={"GREETING": "hello"}, timeout=120)
+    try:
+        assert f"replicaset.apps/sandbox-{sbx.sandbox_id}" in _replica_sets(kube, namespace)
+        result = sbx.commands.run("echo $GREETING; id -un")
+        assert result.stdout.split() == ["hello", "root"]
+        workdir = sbx.commands.run("pwd").stdout.strip()  # the pod's own directory on the dev cluster's host
+        sbx.files.write(f"{workdir}/note.txt", "written through the SDK")
+        assert sbx.files.read(f"{workdir}/note.txt") == "written through the SDK"
+        assert [entry.name for entry in sbx.files.list(workdir) if entry.name == "note.txt"] == ["note.txt"]
+    finally:
+        sbx.kill()
+    wait_for(lambda: f"replicaset.apps/sandbox-{sbx.sandbox_id}" not in _replica_sets(kube, namespace),
+             what="the ReplicaSet to go")  # fmt: skip
+    assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+
+
+def test_list_shows_the_sandboxes_of_the_namespace_by_metadata() -> None:
+    tag = secrets.token_hex(4)
+    first = Sandbox.create(metadata={"run": tag, "n": "1"}, timeout=120)
+    second = Sandbox.create(metadata={"run": tag, "n": "2"}, timeout=120)
+    try:
+        listed = Sandbox.list(query=SandboxQuery(metadata={"run": tag})).next_items()
+        assert {s.sandbox_id for s in listed} == {first.sandbox_id, second.sandbox_id}
+        only = Sandbox.list(query=SandboxQuery(metadata={"run": tag, "n": "2"})).next_items()
+        assert [s.sandbox_id for s in only] == [second.sandbox_id]
+        second.kill()
+        assert [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"run": tag})).next_items()] == [
+            first.sandbox_id
+        ]
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_pause_scales_to_zero_and_connect_brings_the_files_back(kube: Kube, namespace: str) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        workdir = sbx.commands.run("pwd").stdout.strip()
+        sbx.files.write(f"{workdir}/kept.txt", "survives the snapshot")
+        assert sbx.pause()
+        assert sbx.get_info().state == "paused"
+        assert _replicas_of(kube, namespace, sbx.sandbox_id) == "0"
+        assert not kube.kubectl("get", "pods", "-n", namespace, "-l", f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}",
+                                "-o", "name").strip()  # fmt: skip
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+        assert resumed.get_info().state == "running"
+        assert _replicas_of(kube, namespace, sbx.sandbox_id) == "1"
+        assert resumed.files.read(f"{workdir}/kept.txt") == "survives the snapshot"
+        assert resumed.commands.run(f"cat {workdir}/kept.txt").stdout == "survives the snapshot"
+    finally:
+        sbx.kill()
+
+
+async def _health_burst(gateway_port: int, sandbox_id: str, count: int) -> list[Reply]:
+    """`count` GETs of the executor's /health through the gateway, sent at once on fresh connections."""
+    conns = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", gateway_port) for _ in range(count)))
+    request = f"GET /health HTTP/1.1\r\nHost: 49983-{sandbox_id}.sandbox.localhost\r\nConnection: close\r\n\r\n"
+    go = asyncio.Event()
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Reply:
+        await go.wait()
+        writer.write(request.encode())
         try:
-            assert _replica_sets(kube, kube_namespace) == [f"replicaset.apps/sandbox-{sbx.sandbox_id}"]
-            result = sbx.commands.run("echo $GREETING; id -un")
-            assert result.stdout.split() == ["hello", "root"]
-            path = str(tmp_path / f"{sbx.sandbox_id}.txt")  # the dev cluster's pods share the host's files
-            sbx.files.write(path, "written through the SDK")
-            assert sbx.files.read(path) == "written through the SDK"
+            raw = await reader.read()
         finally:
-            sbx.kill()
-        wait_for(lambda: not _replica_sets(kube, kube_namespace), what="the ReplicaSet to go")
-        assert not Sandbox.list().next_items()
+            writer.close()
+        head = raw.partition(b"\r\n\r\n")[0].decode("latin-1")
+        return Reply(int(head.split()[1]), b"", {})
+
+    replies = asyncio.gather(*(one(*conn) for conn in conns))
+    await asyncio.sleep(0)
+    go.set()
+    return list(await replies)
+
+
+def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kube, namespace: str) -> None:
+    sbx = Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True}, timeout=120)
+    try:
+        assert sbx.pause()
+        assert _replicas_of(kube, namespace, sbx.sandbox_id) == "0"
+        activations = metric(server, "agent_sandbox_activations_total", result="ok")
+        held = metric(server, "agent_sandbox_holds_total", result="resumed")
+        replies = asyncio.run(_health_burst(server.port, sbx.sandbox_id, BURST))
+        statuses = Counter(reply.status for reply in replies)
+        assert len(statuses) == 1
+        assert statuses[200] + statuses[204] == BURST
+        assert metric(server, "agent_sandbox_activations_total", result="ok") == activations + 1  # single flight
+        assert metric(server, "agent_sandbox_holds_total", result="resumed") - held > BURST // 2
+        assert _replicas_of(kube, namespace, sbx.sandbox_id) == "1"
+        assert sbx.get_info().state == "running"
+    finally:
+        sbx.kill()
+
+
+def test_the_server_keeps_nothing_of_the_cluster_state_on_its_disk(server: RunningServer) -> None:
+    """Records and key digests live in the namespace's Secrets: no state database in the data dir."""
+    assert not Path(server.data_dir / "state.db").exists()

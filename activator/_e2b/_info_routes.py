@@ -30,10 +30,10 @@ def health(activator: ActivatorDep) -> dict[str, object]:
     return {"status": "ok", **activator.health()}
 
 
-@get("/sandboxes/{sandbox_id:str}", sync_to_thread=False)
-def get_sandbox(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> _wire.SandboxDetail:
+@get("/sandboxes/{sandbox_id:str}")
+async def get_sandbox(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> _wire.SandboxDetail:
     """One sandbox; 404 when unknown, killed, or another key's."""
-    return _convert.sandbox_detail(activator.get(owner, sandbox_id))
+    return _convert.sandbox_detail(await activator.lookup(owner, sandbox_id))
 
 
 @get("/v2/sandboxes")

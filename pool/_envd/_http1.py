@@ -147,7 +147,12 @@ class Connection:
         lines += [f"{name}: {value}" for name, value in headers.items()]
         response = self._last = Response(self._reader, what)
         try:
-            self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            if len(body) <= _READ_SIZE:
+                self._writer.write(head + body)  # one segment: a second small write could wait for a delayed ACK
+            else:
+                self._writer.write(head)
+                self._writer.write(body)  # a multi-MiB body is not copied once more
             await self._writer.drain()
         except OSError as exc:
             raise ExecutorError(f"{what} inside the sandbox failed: {exc}") from exc

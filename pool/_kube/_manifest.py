@@ -1,14 +1,15 @@
 """A sandbox as Kubernetes objects: the ReplicaSet the runtime creates, and the fields it reads back.
 
 Labels (selectable): `agent-sandbox.dev/role: sandbox`, `agent-sandbox.dev/sandbox-id`, `agent-sandbox.dev/template`.
-Secrets never go into objects: the access token and the caller's env vars reach the executor through its
-`POST /init`, not the pod spec. Resources: limits are the template's; requests are a quarter of its memory and
-a tenth of a CPU, since most sandboxes sit idle most of the time.
+Annotations: the caller's (`SandboxSpec.annotations`: owner key, metadata, lifecycle), and while the sandbox is
+snapshotted its archive record (`pool._kube._archive`). Secrets never go into objects: the access token and the
+caller's env vars reach the executor through its `POST /init`, not the pod spec. Resources: limits are the
+template's; requests are a quarter of its memory and a tenth of a CPU, since most sandboxes sit idle.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -20,8 +21,12 @@ __all__ = [
     "ROLE_LABEL",
     "ROLE_SELECTOR",
     "TEMPLATE_LABEL",
+    "KubeObject",
+    "ObjectList",
+    "ObjectMeta",
     "Pod",
     "PodList",
+    "ReplicaSet",
     "ReplicaSetList",
     "WatchEvent",
     "replica_set",
@@ -46,7 +51,7 @@ def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[st
     resources = template.resources
     container = {
         "name": "executor",
-        "image": image_prefix + template.name,
+        "image": template.image or image_prefix + template.name,
         "args": list(executor_args),
         "env": [{"name": name, "value": value} for name, value in template.env.items()],
         "ports": [{"name": "envd", "containerPort": EXECUTOR_PORT}],
@@ -60,10 +65,11 @@ def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[st
         },
         "readinessProbe": {"httpGet": {"path": "/health", "port": EXECUTOR_PORT}, "periodSeconds": 5},
     }
+    metadata = {"name": replica_set_name(spec.sandbox_id), "labels": labels, "annotations": dict(spec.annotations)}
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
-        "metadata": {"name": replica_set_name(spec.sandbox_id), "labels": labels, "annotations": {}},
+        "metadata": metadata,
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {ID_LABEL: spec.sandbox_id}},
@@ -80,11 +86,23 @@ def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[st
     }
 
 
-class _Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     name: str = ""
+    uid: str = ""
     labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
     resource_version: str = ""
     deletion_timestamp: str | None = None
+
+
+class KubeObject(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields every object the runtime watches has: its metadata, labelled with its sandbox."""
+
+    metadata: ObjectMeta
+
+    @property
+    def sandbox_id(self) -> str | None:
+        return self.metadata.labels.get(ID_LABEL)
 
 
 class _Condition(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,15 +115,10 @@ class _PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     conditions: list[_Condition] = []
 
 
-class Pod(msgspec.Struct, frozen=True, kw_only=True):
+class Pod(KubeObject, frozen=True, kw_only=True):
     """The fields of a pod the runtime reads."""
 
-    metadata: _Meta
     status: _PodStatus = _PodStatus()
-
-    @property
-    def sandbox_id(self) -> str | None:
-        return self.metadata.labels.get(ID_LABEL)
 
     @property
     def ready_ip(self) -> str | None:
@@ -115,26 +128,36 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
         return self.status.pod_ip if ready and alive and self.status.pod_ip else None
 
 
-class _ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    resource_version: str = ""
-
-
-class PodList(msgspec.Struct, frozen=True, kw_only=True):
-    metadata: _ListMeta
-    items: list[Pod] = []
-
-
 class _ReplicaSetSpec(msgspec.Struct, frozen=True, kw_only=True):
     replicas: int = 1
 
 
-class _ReplicaSet(msgspec.Struct, frozen=True, kw_only=True):
-    metadata: _Meta
+class ReplicaSet(KubeObject, frozen=True, kw_only=True):
+    """The fields of a sandbox's ReplicaSet the runtime reads: how many pods it wants, and its annotations."""
+
     spec: _ReplicaSetSpec = _ReplicaSetSpec()
 
+    @property
+    def deleting(self) -> bool:
+        return self.metadata.deletion_timestamp is not None
 
-class ReplicaSetList(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[_ReplicaSet] = []
+
+class _ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    resource_version: str = ""
+
+
+T = TypeVar("T", bound=KubeObject)
+
+
+class ObjectList(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
+    """A list answer: its items, and the resourceVersion a watch resumes from."""
+
+    metadata: _ListMeta = _ListMeta()
+    items: list[T] = []
+
+
+PodList = ObjectList[Pod]
+ReplicaSetList = ObjectList[ReplicaSet]
 
 
 class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):

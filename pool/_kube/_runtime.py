@@ -1,191 +1,188 @@
-"""The kubernetes runtime: one ReplicaSet of one pod per sandbox, reached at its pod IP.
+"""The kubernetes runtime: one ReplicaSet of one pod per sandbox (`_core`), plus snapshots to zero and recovery.
 
-What it does not do yet, and says so: pause (`freeze`/`thaw`) and snapshots raise `RuntimeFailure`, and
-`snapshot_keeps_processes` is False, so the idle policy never tries to snapshot. Nothing of a sandbox is kept
-by `stop` (`keep_files` is ignored): its files live in the pod, which goes with it. Servers inside a sandbox
-must listen on the pod's address (0.0.0.0), not 127.0.0.1, to be reachable.
+Pause (`freeze`/`thaw`) is the executor's: it SIGSTOPs every process of the sandbox but itself, so memory stays,
+CPU is zero and the pod stays (`_core`). There is no CRIU on Kubernetes (no privileged checkpointing of a
+container from the gateway), so a snapshot keeps files only:
+
+- `snapshot` downloads a tar.gz of the sandbox's working directory from its executor (at most
+  `KubeSettings.archive_limit`, 64 MiB, compressed: past that it is refused and the sandbox keeps running, or
+  frozen, as it was), stores it in Secrets the ReplicaSet owns (`_archive`), then in one patch records the
+  archive on the ReplicaSet and scales it to 0, and waits for the pod to be gone. The archive is taken as the files are:
+  the activator freezes an idle sandbox first, so they do not change meanwhile.
+- `restore` reads the archive back (checked against its record), scales the ReplicaSet to 1 and, once the
+  new pod is Ready, applies `/init`, unpacks the archive, runs the template's start commands, waits for its
+  ports and runs the sandbox's autostart command (`pool._autostart`), as the local runtime does after a
+  files-only restore. Only then is the record removed and the archive deleted. A restore cut short (the
+  ReplicaSet scaled up, the record still on it) is started over in a fresh pod by the next `restore`.
+
+An archive rather than a PersistentVolumeClaim per sandbox: it works with warm pods (a claimed pod has no
+volume of its sandbox), needs no storage provisioner, and its size is bounded. What a snapshot loses: every
+file outside the working directory (the executor's default workdir, else its own cwd), and every process
+(the template's and the autostart command come back; nothing else does). Which sandboxes run only those is
+the process census's answer (`_census`), which the idle policy asks before snapshotting.
+
+Everything lives in the cluster (ReplicaSets, their annotations, the archive Secrets), so any replica, or
+one restarted, can restore a sandbox another one snapshotted. `stop` deletes the ReplicaSet; the garbage
+collector deletes its pod and archive through their ownerReferences (`keep_files` is moot: nothing is kept).
+Servers inside a sandbox must listen on the pod's address (0.0.0.0), not 127.0.0.1, to be reachable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-import msgspec
-
-from pool._errors import PortClosed, RuntimeFailure, SandboxGone
-from pool._executor_client import EXECUTOR_PORT
-from pool._kube._api import KubeApi, KubeApiError
+from pool._autostart import run_autostart
+from pool._errors import RuntimeFailure, SandboxGone
+from pool._executor_client import EXECUTOR_PORT, download_archive, post_init, upload_archive
+from pool._kube._api import KubeApi
+from pool._kube._archive import CLEARED_RECORD, ArchiveRecord, ArchiveStore
+from pool._kube._census import template_only
 from pool._kube._connection import in_cluster, load_kubeconfig
-from pool._kube._manifest import ID_LABEL, ROLE_SELECTOR, ReplicaSetList, replica_set, replica_set_name
-from pool._kube._metrics import read_metrics
-from pool._kube._pods import PodWatch
-from pool._runtime import RuntimeCapabilities, SandboxSpec, SandboxStats, SnapshotInfo
-from pool._template_start import bring_up
+from pool._kube._core import KubeSandboxes, KubeSettings
+from pool._kube._manifest import ReplicaSet
+from pool._kube._replicasets import is_running, is_snapshotted
+from pool._runtime import RuntimeCapabilities, SandboxSpec, SnapshotInfo
+from pool._template_start import run_start_commands, wait_for_ports
 
 __all__ = ["KubeSettings", "KubernetesRuntime", "open_kube_runtime"]
 
 _log = logging.getLogger("pool.kubernetes")
-_NOT_YET = "is not available on the kubernetes runtime yet"
-_replica_sets = msgspec.json.Decoder(ReplicaSetList)
+_NO_CRIU = (
+    "no CRIU on Kubernetes: a snapshot keeps the sandbox's working directory (a tar.gz in Secrets) and starts "
+    "its processes again on restore"
+)
 
 
-class KubeSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """Where sandboxes go and what they run; read once at start."""
-
-    namespace: str
-    image_prefix: str = "agent-sandbox/sandbox-"  # + template name (a registry may come first)
-    # The user every sandbox runs as, over its template's (and `--default-user` of its executor): for images
-    # without the template's user, such as the dev cluster's, which runs executors on the host (`root`).
-    sandbox_user: Literal["user", "root"] | None = None
-    start_timeout: float = 120.0  # seconds from the ReplicaSet's creation until its pod is Ready
-    stop_timeout: float = 60.0  # seconds until a stopped sandbox's pod is gone
-    ports_timeout: float = 30.0  # seconds for the template's ports to accept connections after start
-    connect_wait: float = 10.0  # seconds `open_socket` waits for a (re)starting pod to be Ready
-
-
-class KubernetesRuntime:
-    """Implements `pool.Runtime` with ReplicaSets in one namespace."""
+class KubernetesRuntime(KubeSandboxes):
+    """Implements `pool.Runtime` with ReplicaSets in one namespace, shared with any other replica."""
 
     def __init__(self, api: KubeApi, settings: KubeSettings) -> None:
-        self._api = api
-        self._settings = settings
-        self._rs_path = f"/apis/apps/v1/namespaces/{settings.namespace}/replicasets"
-        self._pods = PodWatch(api, settings.namespace)
-        # Sandboxes whose ReplicaSet this runtime created or recovered and has not deleted (mutated by start,
-        # stop and recover on the event loop only); a set rather than the watch, so a pod being replaced by
-        # its ReplicaSet still counts as running.
-        self._sandboxes: set[str] = set()
-        self._tokens: dict[str, str | None] = {}  # the executor's access token per sandbox, for /metrics
+        super().__init__(api, settings)
+        self._archives = ArchiveStore(api, settings.namespace)
 
     def capabilities(self) -> RuntimeCapabilities:
-        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=f"pause and snapshots {_NOT_YET}")
-
-    async def aclose(self) -> None:
-        await self._pods.close()
-        await self._api.aclose()
-
-    async def start(self, spec: SandboxSpec) -> None:
-        spec = self._as_sandbox_user(spec)
-        await self._pods.start()
-        body = replica_set(spec, image_prefix=self._settings.image_prefix, executor_args=self._executor_args())
-        try:
-            await self._api.call("POST", self._rs_path, body=body)
-        except KubeApiError as exc:
-            if exc.status != 409:  # 409: created by an earlier call for the same id, which this one finishes
-                raise
-        self._sandboxes.add(spec.sandbox_id)
-        self._tokens[spec.sandbox_id] = spec.init.access_token
-        try:
-            await self._pods.wait_ready(spec.sandbox_id, self._settings.start_timeout)
-            await bring_up(
-                lambda port: self.open_socket(spec.sandbox_id, port), spec, ports_timeout=self._settings.ports_timeout
-            )
-        except BaseException:
-            await asyncio.shield(self._discard(spec.sandbox_id))
-            raise
-
-    async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
-        await self._pods.start()
-        self._sandboxes.discard(sandbox_id)
-        self._tokens.pop(sandbox_id, None)
-        params = {"propagationPolicy": "Background"}  # the garbage collector deletes the pods it owns
-        try:
-            await self._api.call("DELETE", f"{self._rs_path}/{replica_set_name(sandbox_id)}", params=params)
-        except KubeApiError as exc:
-            if exc.status != 404:
-                raise
-        await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
-
-    async def freeze(self, sandbox_id: str) -> None:
-        self._known(sandbox_id)
-        raise RuntimeFailure(f"pause {_NOT_YET}")
-
-    async def thaw(self, sandbox_id: str) -> None:
-        self._known(sandbox_id)
-        raise RuntimeFailure(f"pause {_NOT_YET}")
-
-    async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
-        """A connected, non-blocking TCP socket to `port` at the sandbox's pod IP."""
-        self._known(sandbox_id)
-        ip = self._pods.ready_ip(sandbox_id) or await self._pods.wait_ready(sandbox_id, self._settings.connect_wait)
-        sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            async with asyncio.timeout(self._settings.connect_wait):
-                await asyncio.get_running_loop().sock_connect(sock, (ip, port))
-        except ConnectionRefusedError as exc:
-            sock.close()
-            raise PortClosed(f"nothing listens on port {port} of sandbox {sandbox_id}") from exc
-        except (OSError, TimeoutError) as exc:
-            sock.close()
-            raise RuntimeFailure(f"cannot connect to port {port} of sandbox {sandbox_id} at {ip}: {exc!r}") from exc
-        return sock
-
-    def is_running(self, sandbox_id: str) -> bool:
-        return sandbox_id in self._sandboxes
-
-    async def stats(self, sandbox_id: str) -> SandboxStats:
-        """The executor's own figures (envd's GET /metrics); `cpu_seconds` is not among them and is 0."""
-        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
-        return await read_metrics(sock, self._tokens.get(sandbox_id))
+        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU)
 
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
-        return False
-
-    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
-        self._known(sandbox_id)
-        raise RuntimeFailure(f"snapshots {_NOT_YET}")
-
-    async def restore(self, spec: SandboxSpec) -> None:
-        """Nothing to do for a running sandbox (its access token is noted, for `stats` after a `recover`); no
-        sandbox is ever snapshotted here."""
-        self._known(spec.sandbox_id)
-        self._tokens[spec.sandbox_id] = spec.init.access_token
+        """True when snapshotted, else the process census's last answer (False until it has one)."""
+        if self._sets.snapshotted(sandbox_id):
+            return True
+        if not self._sets.running(sandbox_id):
+            raise SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}")
+        return self._census.answer(sandbox_id, lambda: self._take_census(sandbox_id))
 
     def is_snapshotted(self, sandbox_id: str) -> bool:
-        return False
+        return self._sets.snapshotted(sandbox_id)
 
     def snapshotted_ids(self) -> set[str]:
-        return set()
+        return self._sets.ids(snapshotted=True)
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        await self._watch()
+        started = time.monotonic()
+        found = await self._replica_set(sandbox_id)
+        record = ArchiveRecord.of(found)
+        if record is None:
+            if not is_running(found):
+                raise RuntimeFailure(f"sandbox {sandbox_id} is scaled to zero without a snapshot: its files are gone")
+            record = await self._archive(found, started)
+            await self._patch(sandbox_id, {"metadata": {"annotations": record.annotations()}, "spec": {"replicas": 0}})
+            await self._settle(sandbox_id, is_snapshotted, "its snapshot record to be seen")
+        elif found.spec.replicas:
+            await self._scale(sandbox_id, 0)  # snapshotted already, but a restore was cut short: undo it
+        await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
+        self._census.forget(sandbox_id)
+        seconds = time.monotonic() - started
+        _log.info("sandbox %s: snapshot (filesystem) in %.0f ms, %d bytes", sandbox_id, seconds * 1000, record.size)
+        return SnapshotInfo(kind="filesystem", seconds=seconds, image_bytes=record.size)
+
+    async def restore(self, spec: SandboxSpec) -> None:
+        spec = self._as_sandbox_user(spec)
+        self.note_spec(spec)
+        sandbox_id = spec.sandbox_id
+        await self._watch()
+        found = await self._replica_set(sandbox_id)
+        record = ArchiveRecord.of(found)
+        if record is None:
+            if is_running(found):
+                return
+            raise SandboxGone(f"sandbox {sandbox_id} is scaled to zero without a snapshot: its files are gone")
+        archive = await self._archives.load(sandbox_id, record)  # checked before anything changes
+        if found.spec.replicas or self._pods.has_pods(sandbox_id):
+            await self._scale(sandbox_id, 0)  # a restore cut short: start over in a fresh pod
+            await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
+        try:
+            await self._scale(sandbox_id, 1)
+            await self._pods.wait_ready(sandbox_id, self._settings.start_timeout)
+            await self._bring_back(spec, archive)
+        except BaseException:
+            await asyncio.shield(self._back_to_zero(sandbox_id))
+            raise
+        await self._patch(sandbox_id, {"metadata": {"annotations": CLEARED_RECORD}})
+        await self._settle(sandbox_id, is_running, "its snapshot record to go")
+        self._census.forget(sandbox_id)
+        await self._archives.delete(sandbox_id)
 
     async def recover(self) -> set[str]:
-        """The sandboxes whose ReplicaSet exists with a pod wanted (labelled with the sandbox role)."""
-        await self._pods.start()
-        listed = _replica_sets.decode(
-            await self._api.call("GET", self._rs_path, params={"labelSelector": ROLE_SELECTOR})
-        )
-        found = {
-            rs.metadata.labels[ID_LABEL] for rs in listed.items if ID_LABEL in rs.metadata.labels and rs.spec.replicas
-        }
-        self._sandboxes |= found
-        return found
+        """The running sandboxes of the namespace; the snapshotted ones are `snapshotted_ids` from here on.
 
-    def _known(self, sandbox_id: str) -> None:
-        if sandbox_id not in self._sandboxes:
-            raise SandboxGone(f"no sandbox {sandbox_id} in this runtime")
+        Nothing needs finishing here. A snapshot cut short before its one patch (record and zero replicas) left a
+        running sandbox, and archive chunks its next snapshot replaces; after that patch it is snapshotted. A
+        restore cut short left a snapshotted sandbox scaled up, which the next `restore` starts over (or
+        `snapshot` scales down). A ReplicaSet scaled to zero without a record (by someone else) is neither: its
+        files are gone; it is logged, and `stop` still deletes it.
+        """
+        await self._watch()
+        for sandbox_id, found in self._sets.groups():
+            if any(not rs.spec.replicas and not is_snapshotted(rs) and not rs.deleting for rs in found.values()):
+                _log.warning("sandbox %s: its ReplicaSet is scaled to zero without a snapshot", sandbox_id)
+        return self._sets.ids(snapshotted=False)
 
-    async def _discard(self, sandbox_id: str) -> None:
-        try:
-            await self.stop(sandbox_id)
-        except RuntimeFailure as exc:
-            _log.warning("could not remove sandbox %s after its failed start: %s", sandbox_id, exc)
+    async def _archive(self, found: ReplicaSet, started: float) -> ArchiveRecord:
+        """The sandbox's working directory, downloaded and stored in its archive Secrets."""
+        sandbox_id = found.sandbox_id or ""
+        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        with self._token_hint(sandbox_id):
+            limit = self._settings.archive_limit
+            try:
+                archive = await download_archive(sock, self._token(sandbox_id), limit=limit)
+            except RuntimeFailure as exc:
+                raise RuntimeFailure(
+                    f"sandbox {sandbox_id} was not snapshotted and runs on (its working directory may take at most "
+                    f"{limit / (1 << 20):g} MiB compressed): {exc}"
+                ) from exc
+        return await self._archives.save(found, archive, seconds=time.monotonic() - started)
 
-    def _executor_args(self) -> tuple[str, ...]:
-        user = self._settings.sandbox_user
-        return ("--default-user", user) if user else ()
+    async def _bring_back(self, spec: SandboxSpec, archive: bytes) -> None:
+        """/init, the files, the template's start commands and ports, then the sandbox's autostart command."""
+        connect = self._connector(spec.sandbox_id)
+        token = spec.init.access_token
+        await post_init(await connect(EXECUTOR_PORT), spec.init, None)
+        await upload_archive(await connect(EXECUTOR_PORT), token, archive)
+        await run_start_commands(connect, spec)
+        await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
+        await run_autostart(connect, spec, ports_timeout=self._settings.ports_timeout)
 
-    def _as_sandbox_user(self, spec: SandboxSpec) -> SandboxSpec:
-        user = self._settings.sandbox_user
-        if user is None:
-            return spec
-        init = msgspec.structs.replace(spec.init, default_user=user, default_workdir=None)
-        template = msgspec.structs.replace(spec.template, user=user)
-        return msgspec.structs.replace(spec, init=init, template=template)
+    async def _scale(self, sandbox_id: str, replicas: int) -> None:
+        await self._patch(sandbox_id, {"spec": {"replicas": replicas}})
+        await self._settle(sandbox_id, lambda rs: rs.spec.replicas == replicas, f"{replicas} replicas to be seen")
+
+    async def _back_to_zero(self, sandbox_id: str) -> None:
+        """After a failed restore: no pod, the record and archive untouched, so it stays snapshotted."""
+        with contextlib.suppress(SandboxGone):
+            try:
+                await self._scale(sandbox_id, 0)
+            except RuntimeFailure as exc:
+                _log.warning("sandbox %s: could not scale it back to zero after a failed restore: %s", sandbox_id, exc)
+
+    async def _take_census(self, sandbox_id: str) -> bool:
+        return await template_only(await self.open_socket(sandbox_id, EXECUTOR_PORT), self._token(sandbox_id))
 
 
 def open_kube_runtime(

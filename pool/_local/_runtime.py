@@ -49,6 +49,9 @@ class LocalRuntime(LocalSandboxes):
         kind: SnapshotKind = "criu" if status.available else "filesystem"
         return RuntimeCapabilities(snapshot_kind=kind, criu_version=status.version, criu_reason=status.reason)
 
+    def note_spec(self, spec: SandboxSpec) -> None:
+        """Nothing to keep: freeze, stats and snapshot go through cgroups and files, and `restore` gets the spec."""
+
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
         if sandbox_id in self._snapshots:
             return True

@@ -1,0 +1,149 @@
+"""A snapshotted sandbox's files: a tar.gz of its working directory, kept in Secrets its ReplicaSet owns.
+
+An etcd object holds at most ~1.5 MiB, so the archive is cut into chunks of `CHUNK_BYTES` (1 MiB once
+base64-encoded), one Secret each: `sandbox-<id>-archive-<n>`, labelled `agent-sandbox.dev/role:
+sandbox-archive` and with the sandbox's id. Each names the ReplicaSet as owner (not controller, blocking its
+deletion until the garbage collector removed the chunks), so deleting the sandbox deletes its archive.
+Secrets rather than ConfigMaps: a sandbox's files may well hold its user's credentials.
+
+Which archive belongs to the snapshot is recorded on the ReplicaSet (`ArchiveRecord`, annotations written
+after every chunk is in): chunk count, size and sha256, checked when the archive is read back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import msgspec
+
+from pool._errors import RuntimeFailure
+from pool._kube._api import KubeApi, KubeApiError
+from pool._kube._manifest import ID_LABEL, ROLE_LABEL, ReplicaSet
+from pool._runtime import SnapshotInfo
+
+__all__ = ["ARCHIVE_LIMIT", "CHUNK_BYTES", "CLEARED_RECORD", "ArchiveRecord", "ArchiveStore"]
+
+ARCHIVE_LIMIT = 64 << 20  # compressed bytes a snapshot keeps at most (86 Secrets); a larger one is refused
+CHUNK_BYTES = 768 << 10  # raw bytes per Secret: 1 MiB in base64, well under etcd's object limit
+_ROLE = "sandbox-archive"
+_KEY = "archive"  # the Secret's one data key
+
+SNAPSHOT = "agent-sandbox.dev/snapshot"  # "filesystem" while the sandbox is snapshotted
+_CHUNKS = "agent-sandbox.dev/snapshot-chunks"
+_SHA256 = "agent-sandbox.dev/snapshot-sha256"
+_BYTES = "agent-sandbox.dev/snapshot-bytes"
+_SECONDS = "agent-sandbox.dev/snapshot-seconds"
+CLEARED_RECORD: dict[str, None] = dict.fromkeys((SNAPSHOT, _CHUNKS, _SHA256, _BYTES, _SECONDS))  # merge patch
+
+
+class ArchiveRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What the ReplicaSet's annotations say about its archive (present only while it is snapshotted)."""
+
+    chunks: int
+    size: int
+    sha256: str
+    seconds: float  # how long the snapshot took
+
+    @classmethod
+    def of(cls, replica_set: ReplicaSet) -> ArchiveRecord | None:
+        """The record on `replica_set`, or None when it has none (or a malformed one: not restorable)."""
+        found = replica_set.metadata.annotations
+        if found.get(SNAPSHOT) != "filesystem":
+            return None
+        try:
+            return cls(
+                chunks=int(found[_CHUNKS]), size=int(found[_BYTES]), sha256=found[_SHA256],
+                seconds=float(found[_SECONDS]),
+            )  # fmt: skip
+        except (KeyError, ValueError):
+            return None
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            SNAPSHOT: "filesystem", _CHUNKS: str(self.chunks), _BYTES: str(self.size), _SHA256: self.sha256,
+            _SECONDS: f"{self.seconds:.3f}",
+        }  # fmt: skip
+
+    def info(self) -> SnapshotInfo:
+        return SnapshotInfo(kind="filesystem", seconds=self.seconds, image_bytes=self.size)
+
+
+class _Name(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+
+
+class _Secret(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: _Name
+    data: dict[str, bytes] = {}  # base64 on the wire, which msgspec decodes
+
+
+class _SecretList(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[_Secret] = []
+
+
+_secret = msgspec.json.Decoder(_Secret)
+_secrets = msgspec.json.Decoder(_SecretList)
+
+
+class ArchiveStore:
+    """Writes, reads and deletes the archive Secrets of a namespace's sandboxes."""
+
+    def __init__(self, api: KubeApi, namespace: str) -> None:
+        self._api = api
+        self._path = f"/api/v1/namespaces/{namespace}/secrets"
+
+    async def save(self, owner: ReplicaSet, archive: bytes, *, seconds: float) -> ArchiveRecord:
+        """Replace the sandbox's archive with `archive` (a leftover of an earlier snapshot goes first)."""
+        sandbox_id = owner.sandbox_id or ""
+        await self.delete(sandbox_id)
+        chunks = max(1, math.ceil(len(archive) / CHUNK_BYTES))
+        for n in range(chunks):
+            body = self._secret(owner, sandbox_id, n, archive[n * CHUNK_BYTES : (n + 1) * CHUNK_BYTES])
+            await self._api.call("POST", self._path, body=body)
+        sha256 = hashlib.sha256(archive).hexdigest()
+        return ArchiveRecord(chunks=chunks, size=len(archive), sha256=sha256, seconds=seconds)
+
+    async def load(self, sandbox_id: str, record: ArchiveRecord) -> bytes:
+        """The archive `record` describes; RuntimeFailure when a chunk is missing or it does not match."""
+        archive = b"".join([await self._chunk(sandbox_id, n) for n in range(record.chunks)])
+        if len(archive) != record.size or hashlib.sha256(archive).hexdigest() != record.sha256:
+            raise RuntimeFailure(f"sandbox {sandbox_id}: its snapshot archive does not match its record")
+        return archive
+
+    async def _chunk(self, sandbox_id: str, n: int) -> bytes:
+        try:
+            raw = await self._api.call("GET", f"{self._path}/{_name(sandbox_id, n)}")
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            raise RuntimeFailure(f"sandbox {sandbox_id}: chunk {n} of its snapshot archive is gone") from exc
+        return _secret.decode(raw).data.get(_KEY, b"")
+
+    async def delete(self, sandbox_id: str) -> None:
+        """Delete every archive chunk of the sandbox (there may be none)."""
+        selector = f"{ROLE_LABEL}={_ROLE},{ID_LABEL}={sandbox_id}"
+        listed = _secrets.decode(await self._api.call("GET", self._path, params={"labelSelector": selector}))
+        for secret in listed.items:
+            try:
+                await self._api.call("DELETE", f"{self._path}/{secret.metadata.name}")
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+
+    @staticmethod
+    def _secret(owner: ReplicaSet, sandbox_id: str, n: int, chunk: bytes) -> dict[str, object]:
+        reference = {
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner.metadata.name, "uid": owner.metadata.uid,
+            "controller": False, "blockOwnerDeletion": True,
+        }  # fmt: skip
+        metadata = {
+            "name": _name(sandbox_id, n),
+            "labels": {ROLE_LABEL: _ROLE, ID_LABEL: sandbox_id},
+            "ownerReferences": [reference],
+        }
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata, "data": {_KEY: chunk}}
+
+
+def _name(sandbox_id: str, n: int) -> str:
+    return f"sandbox-{sandbox_id}-archive-{n}"

@@ -1,0 +1,268 @@
+"""Sandboxes as ReplicaSets of one pod: start, stop, pause and reach them, whichever replica created them.
+
+`KubeSandboxes` keeps no sandbox of its own: which sandboxes exist, run or are snapshotted comes from the
+watched ReplicaSets (`_replicasets`), and their pods' IPs from the watched pods (`_pods`), so every gateway
+replica sharing the namespace can act on every sandbox. A sandbox another replica created a moment ago and
+the watch has not shown yet is looked up once with a GET before it counts as gone.
+
+What the cluster does not hold is the access token of each sandbox's executor (never in objects): it is
+noted from `start`, `restore` and `note_spec`, and the activator calls `note_spec` before acting on a sandbox
+it did not start in this process. A call without it gets the executor's 401 as a `RuntimeFailure` that says so.
+
+Pause is the executor's own (`POST /agent-sandbox/freeze`): it SIGSTOPs every process of the sandbox but
+itself; memory stays, CPU is zero, the pod stays, and its API still answers (thaw, files, metrics).
+`KubernetesRuntime` (`_runtime`) adds snapshots and the recovery after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import msgspec
+
+from pool._errors import PortClosed, RuntimeFailure, SandboxGone
+from pool._executor_client import EXECUTOR_PORT, freeze, thaw
+from pool._kube._api import KubeApi, KubeApiError
+from pool._kube._archive import ARCHIVE_LIMIT
+from pool._kube._census import ProcessCensus, template_only
+from pool._kube._manifest import ReplicaSet, replica_set, replica_set_name
+from pool._kube._metrics import read_metrics
+from pool._kube._pods import PodWatch
+from pool._kube._pool_manifest import runs_claimed_warm_pod
+from pool._kube._replicasets import ReplicaSetWatch, is_running
+from pool._runtime import SandboxSpec, SandboxStats
+from pool._template_start import Connect, bring_up
+
+__all__ = ["KubeSandboxes", "KubeSettings"]
+
+_log = logging.getLogger("pool.kubernetes")
+_replica_set = msgspec.json.Decoder(ReplicaSet)
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Where sandboxes go and what they run; read once at start."""
+
+    namespace: str
+    image_prefix: str = "agent-sandbox/sandbox-"  # + template name (a registry may come first)
+    # The user every sandbox runs as, over its template's (and `--default-user` of its executor): for images
+    # without the template's user, such as the dev cluster's, which runs executors on the host (`root`).
+    sandbox_user: Literal["user", "root"] | None = None
+    start_timeout: float = 120.0  # seconds from the ReplicaSet's creation (or scale-up) until its pod is Ready
+    stop_timeout: float = 60.0  # seconds until a stopped (or snapshotted) sandbox's pod is gone
+    ports_timeout: float = 30.0  # seconds for the template's ports to accept connections after start
+    connect_wait: float = 10.0  # seconds `open_socket` waits for a (re)starting pod to be Ready
+    census_max_age: float = 30.0  # seconds a running sandbox's process census is trusted (`_census`)
+    archive_limit: int = ARCHIVE_LIMIT  # compressed bytes of working directory a snapshot keeps at most
+
+
+class KubeSandboxes:
+    """Starts, pauses, reaches and stops the sandboxes of one namespace."""
+
+    def __init__(self, api: KubeApi, settings: KubeSettings) -> None:
+        self._api = api
+        self._settings = settings
+        self._rs_path = f"/apis/apps/v1/namespaces/{settings.namespace}/replicasets"
+        self._pods = PodWatch(api, settings.namespace)
+        self._sets = ReplicaSetWatch(api, settings.namespace)
+        self._census = ProcessCensus(max_age=settings.census_max_age)
+        self._watching = False
+        # The executor's access token per sandbox (None: it has none), from start, restore and note_spec; on
+        # the event loop only. Never written anywhere: the cluster's objects do not hold secrets of the caller.
+        self._tokens: dict[str, str | None] = {}
+
+    @property
+    def api(self) -> KubeApi:
+        """The API client, shared with what else the server keeps in the cluster (records, leases, warm pools)."""
+        return self._api
+
+    @property
+    def settings(self) -> KubeSettings:
+        return self._settings
+
+    async def aclose(self) -> None:
+        await self._census.close()
+        await self._pods.close()
+        await self._sets.close()
+        await self._api.aclose()
+
+    def note_spec(self, spec: SandboxSpec) -> None:
+        """Keep the sandbox's access token, for pause, snapshots and stats of a sandbox started elsewhere."""
+        self._tokens[spec.sandbox_id] = spec.init.access_token
+
+    async def start(self, spec: SandboxSpec) -> None:
+        spec = self._as_sandbox_user(spec)
+        await self._watch()
+        body = replica_set(spec, image_prefix=self._settings.image_prefix, executor_args=self._executor_args())
+        try:
+            await self._api.call("POST", self._rs_path, body=body)
+        except KubeApiError as exc:
+            if exc.status != 409:  # 409: created by an earlier call for the same id, which this one finishes
+                raise
+        self.note_spec(spec)
+        sandbox_id = spec.sandbox_id
+        try:
+            await self._settle(sandbox_id, is_running, "its ReplicaSet to be seen")
+            await self._pods.wait_ready(sandbox_id, self._settings.start_timeout)
+            if not runs_claimed_warm_pod(self._pods.of(sandbox_id).values()):  # a warm claim ran start and init
+                await bring_up(self._connector(sandbox_id), spec, ports_timeout=self._settings.ports_timeout)
+        except BaseException:
+            await asyncio.shield(self._discard(sandbox_id))
+            raise
+
+    async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
+        """Delete the ReplicaSet; the garbage collector deletes its pod and archive (`keep_files` is moot)."""
+        await self._watch()
+        self._tokens.pop(sandbox_id, None)
+        self._census.forget(sandbox_id)
+        params = {"propagationPolicy": "Background"}
+        try:
+            await self._api.call("DELETE", self._rs_url(sandbox_id), params=params)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+        gone = f"the ReplicaSet of sandbox {sandbox_id} to go"
+        await self._sets.wait(lambda: self._sets.get(sandbox_id) is None, self._settings.stop_timeout, gone)
+        for name in self._pods.of(sandbox_id):  # a claimed warm pod no ReplicaSet adopted: the GC never takes it
+            await self._delete_pod(name)
+        await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
+
+    async def _delete_pod(self, name: str) -> None:
+        try:
+            await self._api.call("DELETE", f"/api/v1/namespaces/{self._settings.namespace}/pods/{name}")
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+
+    async def freeze(self, sandbox_id: str) -> None:
+        """SIGSTOP every process but the executor; the census taken then holds until `thaw`."""
+        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        with self._token_hint(sandbox_id):
+            await freeze(sock, self._token(sandbox_id))
+        try:
+            keeps = await template_only(await self.open_socket(sandbox_id, EXECUTOR_PORT), self._token(sandbox_id))
+        except RuntimeFailure as exc:
+            _log.info("sandbox %s: frozen, but its processes could not be listed: %s", sandbox_id, exc)
+            self._census.forget(sandbox_id)
+            return
+        self._census.set(sandbox_id, keeps, until_forgotten=True)
+
+    async def thaw(self, sandbox_id: str) -> None:
+        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        with self._token_hint(sandbox_id):
+            await thaw(sock, self._token(sandbox_id))
+        self._census.forget(sandbox_id)
+
+    async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
+        """A connected, non-blocking TCP socket to `port` at the sandbox's pod IP."""
+        await self._watch()
+        ip = self._pods.ready_ip(sandbox_id)
+        if ip is None:
+            found = await self._replica_set(sandbox_id)
+            if found.spec.replicas < 1:
+                raise SandboxGone(f"sandbox {sandbox_id} is scaled to zero")
+            ip = await self._pods.wait_ready(sandbox_id, self._settings.connect_wait)
+        sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(self._settings.connect_wait):
+                await asyncio.get_running_loop().sock_connect(sock, (ip, port))
+        except ConnectionRefusedError as exc:
+            sock.close()
+            raise PortClosed(f"nothing listens on port {port} of sandbox {sandbox_id}") from exc
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            raise RuntimeFailure(f"cannot connect to port {port} of sandbox {sandbox_id} at {ip}: {exc!r}") from exc
+        return sock
+
+    def is_running(self, sandbox_id: str) -> bool:
+        return self._sets.running(sandbox_id)
+
+    async def stats(self, sandbox_id: str) -> SandboxStats:
+        """The executor's own figures (envd's GET /metrics); `cpu_seconds` is not among them and is 0."""
+        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        with self._token_hint(sandbox_id):
+            return await read_metrics(sock, self._token(sandbox_id))
+
+    async def _watch(self) -> None:
+        """Start both watches once, and return when both have their first list."""
+        if not self._watching:
+            await asyncio.gather(self._sets.start(), self._pods.start())
+            self._watching = True
+
+    async def _replica_set(self, sandbox_id: str) -> ReplicaSet:
+        """The sandbox's ReplicaSet: as watched, or read once (created by another replica a moment ago)."""
+        found = self._sets.get(sandbox_id)
+        if found is None:
+            try:
+                found = _replica_set.decode(await self._api.call("GET", self._rs_url(sandbox_id)))
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+        if found is None or found.deleting:
+            raise SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}")
+        return found
+
+    async def _patch(self, sandbox_id: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch of the sandbox's ReplicaSet; SandboxGone when it is gone."""
+        try:
+            await self._api.call("PATCH", self._rs_url(sandbox_id), body=patch, content_type=_MERGE_PATCH)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                raise SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}") from exc
+            raise
+
+    async def _settle(self, sandbox_id: str, state: Callable[[ReplicaSet], bool], what: str) -> None:
+        """Wait until the watch shows the sandbox's ReplicaSet in `state` (after this process changed it)."""
+
+        def reached() -> bool:
+            found = self._sets.get(sandbox_id)
+            return found is not None and state(found)
+
+        await self._sets.wait(reached, self._settings.stop_timeout, f"sandbox {sandbox_id}: {what}")
+
+    def _rs_url(self, sandbox_id: str) -> str:
+        return f"{self._rs_path}/{replica_set_name(sandbox_id)}"
+
+    def _token(self, sandbox_id: str) -> str | None:
+        return self._tokens.get(sandbox_id)
+
+    @contextlib.contextmanager
+    def _token_hint(self, sandbox_id: str) -> Iterator[None]:
+        """A failed call to the executor of a sandbox whose token this process does not know says so (a 401,
+        likely: the activator did not call `note_spec`)."""
+        try:
+            yield
+        except RuntimeFailure as exc:
+            if sandbox_id in self._tokens:
+                raise
+            raise RuntimeFailure(
+                f"{exc} (this process knows no access token of sandbox {sandbox_id}: `note_spec` was not called)"
+            ) from exc
+
+    def _connector(self, sandbox_id: str) -> Connect:
+        return functools.partial(self.open_socket, sandbox_id)
+
+    async def _discard(self, sandbox_id: str) -> None:
+        try:
+            await self.stop(sandbox_id)
+        except RuntimeFailure as exc:
+            _log.warning("could not remove sandbox %s after its failed start: %s", sandbox_id, exc)
+
+    def _executor_args(self) -> tuple[str, ...]:
+        user = self._settings.sandbox_user
+        return ("--default-user", user) if user else ()
+
+    def _as_sandbox_user(self, spec: SandboxSpec) -> SandboxSpec:
+        user = self._settings.sandbox_user
+        if user is None:
+            return spec
+        init = msgspec.structs.replace(spec.init, default_user=user, default_workdir=None)
+        template = msgspec.structs.replace(spec.template, user=user)
+        return msgspec.structs.replace(spec, init=init, template=template)

@@ -1,0 +1,202 @@
+"""A warm pool as Kubernetes objects: its ReplicaSet, its pods' fields, and the patches that move a pod.
+
+One ReplicaSet `pool-<template>` per template (labels `role: warm`, `template`), selecting its pods by
+`agent-sandbox.dev/pool: <template>`; their pod template is the template's sandbox pod (`_manifest`) without
+a sandbox id. A pod's way through the pool, each step one JSON merge patch:
+
+    created by the pool's ReplicaSet         role=warm, pool=<template>
+    being warmed (leader only)               + annotation warming=<unix time>   (resourceVersion precondition)
+    claimable                                + annotation warm-ready="true"
+    claimed                                  role=sandbox, sandbox-id, claimed-from=<template>, no pool label,
+                                             no ownerReferences, + annotation claimed-at=<unix time>
+                                                                                 (resourceVersion precondition)
+
+The claim takes the pod out of the pool's selector, so the pool's ReplicaSet controller replaces it; the
+sandbox's own ReplicaSet, created next by `KubernetesRuntime.start`, matches it and adopts the orphan.
+`claimed-from` stays on that pod only: it tells the runtime that this pod's start commands have run and the
+caller's init is applied. `claimed-at` dates an orphan whose claimer never created its ReplicaSet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from pool._kube._manifest import ID_LABEL, ROLE_LABEL, TEMPLATE_LABEL, Pod, replica_set
+from pool._runtime import ExecutorInit, SandboxSpec
+from pool._templates import Template
+
+__all__ = [
+    "CLAIMED_AT_ANNOTATION",
+    "CLAIMED_LABEL",
+    "MERGE_PATCH",
+    "POOL_LABEL",
+    "WARMING_ANNOTATION",
+    "WARM_READY_ANNOTATION",
+    "WARM_SELECTOR",
+    "WarmPod",
+    "WarmPodList",
+    "adoption_patch",
+    "is_claimed_warm_pod",
+    "pool_name",
+    "pool_replica_set",
+    "runs_claimed_warm_pod",
+    "warm_ready_patch",
+    "warming_patch",
+]
+
+POOL_LABEL = "agent-sandbox.dev/pool"
+CLAIMED_LABEL = "agent-sandbox.dev/claimed-from"
+CLAIMED_AT_ANNOTATION = "agent-sandbox.dev/claimed-at"
+WARMING_ANNOTATION = "agent-sandbox.dev/warming"
+WARM_READY_ANNOTATION = "agent-sandbox.dev/warm-ready"
+WARM_SELECTOR = f"{ROLE_LABEL}=warm"
+MERGE_PATCH = "application/merge-patch+json"
+_PLACEHOLDER_ID = "warm"  # never seen: the pod template's labels are replaced
+
+
+def pool_name(template: str) -> str:
+    return f"pool-{template}"
+
+
+def pool_replica_set(
+    template: Template, replicas: int, *, image_prefix: str, executor_args: tuple[str, ...]
+) -> dict[str, Any]:
+    """The pool's ReplicaSet: `replicas` pods of the template's sandbox pod, labelled as the pool's."""
+    spec = SandboxSpec(sandbox_id=_PLACEHOLDER_ID, template=template, init=ExecutorInit())
+    pod_template = replica_set(spec, image_prefix=image_prefix, executor_args=executor_args)["spec"]["template"]
+    pod_labels = {ROLE_LABEL: "warm", POOL_LABEL: template.name, TEMPLATE_LABEL: template.name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": pool_name(template.name), "labels": {ROLE_LABEL: "warm", TEMPLATE_LABEL: template.name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {POOL_LABEL: template.name}},
+            "template": {**pod_template, "metadata": {"labels": pod_labels}},
+        },
+    }
+
+
+def adoption_patch(pod: WarmPod, sandbox_id: str, now: float) -> dict[str, Any]:
+    """Out of the pool, into sandbox `sandbox_id` at `now` (unix time): one patch, refused (409) if the pod
+    changed since `pod` was read."""
+    template = pod.template
+    labels = {POOL_LABEL: None, ROLE_LABEL: "sandbox", ID_LABEL: sandbox_id, TEMPLATE_LABEL: template}
+    return {
+        "metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "labels": {**labels, CLAIMED_LABEL: template},
+            "annotations": {CLAIMED_AT_ANNOTATION: str(int(now))},
+            "ownerReferences": None,  # the pool's ReplicaSet lets go; the sandbox's adopts the orphan
+        }
+    }
+
+
+def warming_patch(pod: WarmPod, now: float) -> dict[str, Any]:
+    """Mark the pod as being warmed since `now` (unix time); 409 if another leader got there first."""
+    annotations = {WARMING_ANNOTATION: str(int(now))}
+    return {"metadata": {"resourceVersion": pod.metadata.resource_version, "annotations": annotations}}
+
+
+def warm_ready_patch() -> dict[str, Any]:
+    return {"metadata": {"annotations": {WARM_READY_ANNOTATION: "true"}}}
+
+
+def is_claimed_warm_pod(pod: Pod) -> bool:
+    """True for a pod that came from a warm pool: its start commands ran and the claimer's init is applied."""
+    return CLAIMED_LABEL in pod.metadata.labels
+
+
+def runs_claimed_warm_pod(pods: Iterable[Pod]) -> bool:
+    """Whether a Ready pod among a sandbox's pods is a claimed warm one, which `start` must not bring up again (a
+    claimed pod being deleted does not count: the pod its ReplicaSet starts instead is a cold one)."""
+    return any(is_claimed_warm_pod(pod) and pod.ready_ip is not None for pod in pods)
+
+
+class _Owner(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str = ""
+    name: str = ""
+    controller: bool = False
+
+
+class _Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    name: str = ""
+    owner_references: list[_Owner] = []
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    resource_version: str = ""
+    creation_timestamp: str = ""  # RFC 3339 in UTC, whole seconds: sorts as text
+    deletion_timestamp: str | None = None
+
+
+class _Condition(msgspec.Struct, frozen=True, kw_only=True):
+    type: str
+    status: str
+
+
+class _PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pod_ip: str = msgspec.field(default="", name="podIP")
+    conditions: list[_Condition] = []
+
+
+class WarmPod(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of a pool pod the warm pools read."""
+
+    metadata: _Meta
+    status: _PodStatus = _PodStatus()
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def template(self) -> str:
+        return self.metadata.labels.get(POOL_LABEL, "")
+
+    @property
+    def age_key(self) -> tuple[str, str]:
+        """Sorts oldest first."""
+        return self.metadata.creation_timestamp, self.metadata.name
+
+    @property
+    def ready_ip(self) -> str | None:
+        """The pod's IP once it is Ready (its executor answers) and not being deleted."""
+        ready = any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+        alive = self.metadata.deletion_timestamp is None
+        return self.status.pod_ip if ready and alive and self.status.pod_ip else None
+
+    @property
+    def warm_ready(self) -> bool:
+        """Warmed (start commands run, ports open) and still Ready, in the pool: claimable."""
+        warmed = self.metadata.annotations.get(WARM_READY_ANNOTATION) == "true"
+        return warmed and bool(self.template) and self.ready_ip is not None
+
+    @property
+    def warming_since(self) -> float | None:
+        """When a leader began warming the pod (unix time), or None if none has."""
+        return _time(self.metadata.annotations.get(WARMING_ANNOTATION))
+
+    def orphaned_since(self) -> float | None:
+        """When a claimed pod that no ReplicaSet has adopted yet was claimed (unix time); None for any other."""
+        if CLAIMED_LABEL not in self.metadata.labels or any(o.controller for o in self.metadata.owner_references):
+            return None
+        return _time(self.metadata.annotations.get(CLAIMED_AT_ANNOTATION)) or 0.0
+
+
+def _time(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return 0.0  # unreadable: as old as can be
+
+
+class _ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    resource_version: str = ""
+
+
+class WarmPodList(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: _ListMeta
+    items: list[WarmPod] = []

@@ -1,0 +1,193 @@
+"""Two gateway replicas sharing one namespace of the dev cluster and one real Redis.
+
+Each replica is a real `agent-sandbox serve --runtime kubernetes --redis-url ...` process with its own data dir;
+the sandboxes, their records and the API key live in the cluster. What must hold: a replica sees sandboxes the
+other created; a burst held on one replica is released by the resume the other does (one activation for the
+sandbox, across replicas); killing the leader hands the background loops (reaper, warm pools) to the other
+within the lease duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from e2b import Sandbox
+from e2b.connection_config import ApiParams
+
+from tests import kube_fixtures, redis_fixtures
+from tests.kube_fixtures import Kube, wait_for
+from tests.scale_to_zero_fixtures import Reply, metric
+from tests.server_fixtures import RunningServer, running_server
+
+kube = kube_fixtures.kube
+kube_namespace = kube_fixtures.kube_namespace
+redis_server = redis_fixtures.redis_server
+
+pytestmark = pytest.mark.timeout(300)
+
+LEASE_SECONDS = 3.0
+BURST = 200
+_RESUMED = "transition=snapshotted->running"
+
+
+class Replicas:
+    def __init__(self, a: RunningServer, b: RunningServer, logs: tuple[Path, Path]) -> None:
+        self.a, self.b = a, b
+        self.logs = logs
+
+    def log(self, server: RunningServer) -> str:
+        return self.logs[0 if server is self.a else 1].read_text()
+
+    def sdk(self, server: RunningServer) -> ApiParams:
+        """Connection options of the E2B SDK for `server` (the two replicas differ only in URL)."""
+        return ApiParams(api_key=server.api_key, api_url=server.url, sandbox_url=server.url)
+
+
+@pytest.fixture
+def replicas(
+    kube: Kube, kube_namespace: str, redis_server: redis_fixtures.RedisServer, tmp_path: Path
+) -> Iterator[Replicas]:
+    key = "e2b_" + secrets.token_hex(16)
+    common = [
+        "--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", kube_namespace,
+        "--kube-sandbox-user", "root", "--redis-url", redis_server.url, "--lease-duration", str(LEASE_SECONDS),
+    ]  # fmt: skip
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                running_server(tmp_path / name, *common, "--replica-id", name, env={"AGENT_SANDBOX_API_KEY": key})
+            )
+            for name in ("a", "b")
+        ]
+        yield Replicas(servers[0], servers[1], (tmp_path / "a.server.log", tmp_path / "b.server.log"))
+
+
+def _leader(kube: Kube, namespace: str) -> str:
+    out = kube.kubectl("get", "lease", "agent-sandbox-leader", "-n", namespace, "-o", "jsonpath={.spec.holderIdentity}")
+    return out.strip()
+
+
+def _replicas_of(kube: Kube, namespace: str, sandbox_id: str) -> str:
+    return kube.kubectl(
+        "get", "replicaset", f"sandbox-{sandbox_id}", "-n", namespace, "-o", "jsonpath={.spec.replicas}"
+    ).strip()
+
+
+async def _health_burst(gateway_port: int, sandbox_id: str, count: int) -> list[Reply]:
+    """`count` GETs of the executor's /health through the gateway, sent at once on fresh connections."""
+    conns = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", gateway_port) for _ in range(count)))
+    request = f"GET /health HTTP/1.1\r\nHost: 49983-{sandbox_id}.sandbox.localhost\r\nConnection: close\r\n\r\n"
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Reply:
+        writer.write(request.encode())
+        try:
+            raw = await reader.read()
+        finally:
+            writer.close()
+        head = raw.partition(b"\r\n\r\n")[0].decode("latin-1")
+        return Reply(int(head.split()[1]), b"", {})
+
+    return list(await asyncio.gather(*(one(*conn) for conn in conns)))
+
+
+def _paused_sandbox(replicas: Replicas) -> tuple[Sandbox, str, str]:
+    """A sandbox created on replica A with a file in its working directory, then paused (scaled to zero)."""
+    sbx = Sandbox.create(
+        lifecycle={"on_timeout": "pause", "auto_resume": True}, timeout=240, **replicas.sdk(replicas.a)
+    )
+    workdir = sbx.commands.run("pwd").stdout.strip()
+    marker = f"{workdir}/marker.txt"
+    sbx.files.write(marker, "kept across the snapshot")
+    assert sbx.pause()
+    return sbx, marker, workdir
+
+
+def test_a_replica_sees_the_sandboxes_the_other_created(replicas: Replicas) -> None:
+    sbx = Sandbox.create(timeout=120, **replicas.sdk(replicas.a))
+    try:
+        on_b = Sandbox.connect(sbx.sandbox_id, **replicas.sdk(replicas.b))
+        assert on_b.commands.run("echo from b").stdout == "from b\n"
+        listed = Sandbox.list(**replicas.sdk(replicas.b)).next_items()
+        assert [s.sandbox_id for s in listed] == [sbx.sandbox_id]
+        on_b.kill()
+        wait_for(lambda: not Sandbox.list(**replicas.sdk(replicas.a)).next_items(), what="A to hear of the kill")
+    finally:
+        sbx.kill()
+
+
+def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
+    replicas: Replicas, kube: Kube, kube_namespace: str
+) -> None:
+    sbx, marker, _ = _paused_sandbox(replicas)
+    try:
+        wait_for(lambda: _replicas_of(kube, kube_namespace, sbx.sandbox_id) == "0", what="the scale to zero")
+        held_before = metric(replicas.b, "agent_sandbox_holds_total", result="resumed")
+        with ThreadPoolExecutor(1) as pool:
+            resume = pool.submit(lambda: Sandbox.connect(sbx.sandbox_id, timeout=240, **replicas.sdk(replicas.a)))
+            # A holds the sandbox's activation lock once it scales the ReplicaSet back up: then burst B.
+            wait_for(lambda: _replicas_of(kube, kube_namespace, sbx.sandbox_id) == "1", what="A to start the resume")
+            replies = asyncio.run(_health_burst(replicas.b.port, sbx.sandbox_id, BURST))
+            resume.result(timeout=120)
+        statuses = Counter(reply.status for reply in replies)
+        assert len(statuses) == 1
+        assert statuses[200] + statuses[204] == BURST
+        assert replicas.log(replicas.a).count(_RESUMED) == 1
+        assert _RESUMED not in replicas.log(replicas.b)  # B woke nothing itself: it waited for A's resume
+        assert metric(replicas.b, "agent_sandbox_holds_total", result="resumed") - held_before > 0
+        assert sbx.files.read(marker) == "kept across the snapshot"
+    finally:
+        sbx.kill()
+
+
+def test_one_activation_per_sandbox_across_replicas(replicas: Replicas) -> None:
+    sbx, marker, _ = _paused_sandbox(replicas)
+    try:
+
+        async def both() -> list[Reply]:
+            a, b = await asyncio.gather(
+                _health_burst(replicas.a.port, sbx.sandbox_id, BURST // 2),
+                _health_burst(replicas.b.port, sbx.sandbox_id, BURST // 2),
+            )
+            return a + b
+
+        replies = asyncio.run(both())
+        statuses = Counter(reply.status for reply in replies)
+        assert len(statuses) == 1
+        assert statuses[200] + statuses[204] == BURST
+        resumes = replicas.log(replicas.a).count(_RESUMED) + replicas.log(replicas.b).count(_RESUMED)
+        assert resumes == 1
+        assert sbx.files.read(marker) == "kept across the snapshot"
+    finally:
+        sbx.kill()
+
+
+def test_killing_the_leader_hands_the_background_loops_over(
+    replicas: Replicas, kube: Kube, kube_namespace: str
+) -> None:
+    leader = wait_for(lambda: _leader(kube, kube_namespace), what="a leader")
+    dead, survivor = (replicas.a, replicas.b) if leader == "a" else (replicas.b, replicas.a)
+    dead.process.send_signal(signal.SIGKILL)
+    dead.process.wait(10)
+    wait_for(
+        lambda: _leader(kube, kube_namespace) not in ("", leader),
+        what="the other replica to take the lease",
+        timeout=LEASE_SECONDS * 3 + 5,
+    )
+    assert re.search(r"leader", replicas.log(survivor))
+    # The reaper now runs on the survivor: a sandbox past its timeout is killed there.
+    sbx = Sandbox.create(timeout=2, **replicas.sdk(survivor))
+    wait_for(
+        lambda: not kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name").strip(),
+        what="the survivor's reaper to kill the expired sandbox",
+        timeout=30,
+    )
+    assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list(**replicas.sdk(survivor)).next_items()}
