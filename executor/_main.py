@@ -2,7 +2,7 @@
 
     python3 -m executor [--host 0.0.0.0] [--port 49983] [--ready-fd N] [--log PATH]
                         [--default-user user] [--init-file PATH] [--max-upload-bytes N]
-                        [--max-archive-bytes N]
+                        [--max-archive-bytes N] [--home DIR]
 
 The launcher waits for `ready` on --ready-fd. SIGTERM (or SIGINT) kills every process the
 executor started and exits 0.
@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         max_archive_bytes=options.max_archive_bytes,
         process_path=os.environ.get("PATH") or Settings.process_path,
     )
+    if options.home:
+        from executor._users import override_home
+
+        override_home(options.home)
     defaults = Defaults(user=options.default_user)
     if options.init_file:
         from executor._errors import ExecutorError
@@ -89,6 +93,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--log", help="reopen stdin to /dev/null and stdout/stderr to this file (append)")
     parser.add_argument("--default-user", default="user", help="user for requests that name none (default: user)")
     parser.add_argument("--init-file", help="JSON with the fields of POST /init, applied at start-up")
+    parser.add_argument("--home", help="every user's home directory instead of /etc/passwd's (the dev cluster's pods)")
     parser.add_argument(
         "--max-upload-bytes", type=int, default=1024**3, help="largest accepted POST /files body (default: 1 GiB)"
     )

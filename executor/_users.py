@@ -3,6 +3,10 @@
 RPCs name their user with `Authorization: Basic base64("<name>:")` (empty password), `/files` with
 the `username` query parameter; without either, the sandbox's default user applies (`--default-user`
 or `defaultUser` from /init). Unknown users are `Unauthenticated` ("invalid username"), as in envd.
+
+`--home DIR` replaces every user's home directory (HOME of its processes, the base of relative paths): the
+dev cluster's pods run on the host and share its accounts, and each must have a home of its own, as a
+container does, rather than the host's /root with its shell profile.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ from dataclasses import dataclass
 
 from executor._errors import Unauthenticated
 
-__all__ = ("User", "from_authorization", "lookup")
+__all__ = ("User", "from_authorization", "lookup", "override_home")
+
+_home_override: list[str] = []  # set once at start by `override_home`, before any request
+
+
+def override_home(directory: str) -> None:
+    """Make `directory` every user's home (the executor's `--home`)."""
+    _home_override[:] = [directory]
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,8 @@ def lookup(name: str) -> User:
         entry = pwd.getpwnam(name)
     except (KeyError, ValueError) as exc:  # ValueError: a NUL byte in the name
         raise Unauthenticated(f"invalid username: '{name}'") from exc
-    return User(entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir or "/", entry.pw_shell or "/bin/sh")
+    home = _home_override[0] if _home_override else entry.pw_dir or "/"
+    return User(entry.pw_name, entry.pw_uid, entry.pw_gid, home, entry.pw_shell or "/bin/sh")
 
 
 def from_authorization(header: str | None, default: str) -> User:

@@ -53,6 +53,8 @@ async def _serve(settings: ServeSettings) -> None:
 
 def serve(settings: ServeSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # httpx logs every request at INFO: on Kubernetes that is every API call, lease renewals included.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     uvloop.run(_serve(settings))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,12 @@ def test_sigterm_kills_and_reaps_the_processes_then_exits_zero() -> None:
         assert running.stop() == 0
         with pytest.raises(ProcessLookupError):
             os.kill(handle.pid, 0)
+
+
+def test_home_flag_gives_every_user_that_home(tmp_path: Path) -> None:
+    """`--home` (the dev cluster's pods): HOME of commands, their working directory, the base of relative paths."""
+    with run_executor("--home", str(tmp_path)) as running:
+        sbx = running.sandbox()
+        assert sbx.commands.run("echo $HOME; pwd", user="root").stdout.split() == [str(tmp_path)] * 2
+        sbx.files.write("relative.txt", "in the home", user="root")
+        assert (tmp_path / "relative.txt").read_text() == "in the home"

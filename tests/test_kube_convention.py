@@ -42,18 +42,18 @@ def test_references_expand_as_in_kubernetes(text: str, expanded: str) -> None:
     assert expand(text, {"A": "1", "B": "two"}) == expanded
 
 
-def test_sandbox_image_runs_the_executor_on_the_pod_ip_with_the_args_last() -> None:
+def test_sandbox_image_runs_the_executor_on_the_pod_ip_in_a_home_of_its_own_with_the_args_last() -> None:
     container = Container(name="x", image="agent-sandbox/sandbox-base:dev", command=["ignored"],
                           args=["--default-user", "$(WHO)"])  # fmt: skip
-    argv = container_argv(container, "127.0.0.9", {"WHO": "root"})
+    argv = container_argv(container, "127.0.0.9", {"WHO": "root"}, "/state/pods/ns_p_1")
     assert argv == [sys.executable, "-m", "executor", "--host", "127.0.0.9", "--port", str(EXECUTOR_PORT),
-                    "--default-user", "root"]  # fmt: skip
+                    "--home", "/state/pods/ns_p_1", "--default-user", "root"]  # fmt: skip
 
 
 def test_other_images_run_command_and_args_verbatim_or_nothing() -> None:
     runs = Container(name="x", image="python:3.11", command=["python3", "-c"], args=["print('$(POD_IP)')"])
-    assert container_argv(runs, "127.0.0.9", {"POD_IP": "127.0.0.9"}) == ["python3", "-c", "print('127.0.0.9')"]
-    assert container_argv(Container(name="x", image="redis:7", args=["--save", ""]), "127.0.0.9", {}) is None
+    assert container_argv(runs, "127.0.0.9", {"POD_IP": "127.0.0.9"}, "/h") == ["python3", "-c", "print('127.0.0.9')"]
+    assert container_argv(Container(name="x", image="redis:7", args=["--save", ""]), "127.0.0.9", {}, "/h") is None
 
 
 def test_addresses_skip_dot_zero_and_dot_one_and_are_not_reused_at_once() -> None:

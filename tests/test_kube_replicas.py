@@ -35,6 +35,7 @@ redis_server = redis_fixtures.redis_server
 pytestmark = pytest.mark.timeout(300)
 
 LEASE_SECONDS = 3.0
+WARM = 2  # warm pods of the base template, claimed by creates on either replica
 BURST = 200
 _RESUMED = "transition=snapshotted->running"
 
@@ -60,6 +61,7 @@ def replicas(
     common = [
         "--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", kube_namespace,
         "--kube-sandbox-user", "root", "--redis-url", redis_server.url, "--lease-duration", str(LEASE_SECONDS),
+        "--warm", f"base={WARM}",
     ]  # fmt: skip
     with ExitStack() as stack:
         servers = [
@@ -186,8 +188,71 @@ def test_killing_the_leader_hands_the_background_loops_over(
     # The reaper now runs on the survivor: a sandbox past its timeout is killed there.
     sbx = Sandbox.create(timeout=2, **replicas.sdk(survivor))
     wait_for(
-        lambda: not kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name").strip(),
+        lambda: (
+            f"sandbox-{sbx.sandbox_id}" not in kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name")
+        ),
         what="the survivor's reaper to kill the expired sandbox",
         timeout=30,
     )
     assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list(**replicas.sdk(survivor)).next_items()}
+
+
+def _warm_ready(kube: Kube, namespace: str) -> int:
+    pods = kube.kubectl(
+        "get", "pods", "-n", namespace, "-l", "agent-sandbox.dev/pool=base",
+        "-o", "jsonpath={.items[*].metadata.annotations.agent-sandbox\\.dev/warm-ready}",
+    )  # fmt: skip
+    return pods.split().count("true")
+
+
+def _pod_of(kube: Kube, namespace: str, sandbox_id: str) -> tuple[str, str]:
+    """(name, claimed-from label) of the sandbox's one pod."""
+    out = kube.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"agent-sandbox.dev/sandbox-id={sandbox_id}",
+        "-o", "jsonpath={.items[0].metadata.name} {.items[0].metadata.labels.agent-sandbox\\.dev/claimed-from}",
+    )  # fmt: skip
+    name, _, claimed = out.strip().partition(" ")
+    return name, claimed
+
+
+def test_creates_on_both_replicas_claim_distinct_warm_pods(replicas: Replicas, kube: Kube, kube_namespace: str) -> None:
+    wait_for(lambda: _warm_ready(kube, kube_namespace) == WARM, what="the warm pool to fill", timeout=120)
+    with ThreadPoolExecutor(WARM) as pool:
+        made = list(
+            pool.map(lambda server: Sandbox.create(timeout=120, **replicas.sdk(server)), (replicas.a, replicas.b))
+        )
+    try:
+        pods = [_pod_of(kube, kube_namespace, sbx.sandbox_id) for sbx in made]
+        assert len({name for name, _ in pods}) == WARM  # never two sandboxes on one pod
+        assert [claimed for _, claimed in pods] == ["base"] * WARM  # both were warm claims, not cold starts
+        assert [sbx.commands.run("echo ok").stdout for sbx in made] == ["ok\n"] * WARM
+        # The pool's ReplicaSet replaces what was claimed; the leader warms the replacements.
+        wait_for(lambda: _warm_ready(kube, kube_namespace) == WARM, what="the pool to refill", timeout=120)
+    finally:
+        for sbx in made:
+            sbx.kill()
+
+
+def _both_logged(replicas: Replicas, text: str) -> bool:
+    return all(text in replicas.log(server) for server in (replicas.a, replicas.b))
+
+
+def test_redis_going_down_degrades_to_replicas_working_alone_and_loses_nothing(
+    replicas: Replicas, redis_server: redis_fixtures.RedisServer
+) -> None:
+    sbx = Sandbox.create(timeout=120, **replicas.sdk(replicas.a))
+    redis_server.stop()
+    try:
+        assert sbx.commands.run("echo still here").stdout == "still here\n"
+        on_b = Sandbox.connect(sbx.sandbox_id, **replicas.sdk(replicas.b))
+        assert on_b.commands.run("echo via b").stdout == "via b\n"
+        later = Sandbox.create(timeout=120, **replicas.sdk(replicas.b))
+        assert Sandbox.connect(later.sandbox_id, **replicas.sdk(replicas.a)).commands.run("true").exit_code == 0
+        wait_for(lambda: _both_logged(replicas, "unreachable: coordinating alone"), what="the warnings")
+        listed = {s.sandbox_id for s in Sandbox.list(**replicas.sdk(replicas.a)).next_items()}
+        assert {sbx.sandbox_id, later.sandbox_id} <= listed
+        later.kill()
+        redis_server.start()
+        wait_for(lambda: _both_logged(replicas, "is back"), what="the reconnections", timeout=30)
+    finally:
+        sbx.kill()

@@ -128,7 +128,7 @@ class _Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     resource_version: str = ""
-    creation_timestamp: str = ""  # RFC 3339 in UTC, whole seconds: sorts as text
+    creation_timestamp: str | None = None  # RFC 3339 in UTC, whole seconds: sorts as text (null in bookmarks)
     deletion_timestamp: str | None = None
 
 
@@ -159,7 +159,7 @@ class WarmPod(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def age_key(self) -> tuple[str, str]:
         """Sorts oldest first."""
-        return self.metadata.creation_timestamp, self.metadata.name
+        return self.metadata.creation_timestamp or "", self.metadata.name
 
     @property
     def ready_ip(self) -> str | None:

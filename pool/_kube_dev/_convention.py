@@ -6,9 +6,10 @@ There is no container engine, so an image is only a name. Two cases:
   e.g. `agent-sandbox/sandbox-base:dev` or `ghcr.io/acme/agent-sandbox/sandbox-code-interpreter-v1:1.2`)
   is a sandbox image, whose entrypoint is the executor. The stand-in runs the repo's executor with the
   Python that runs the stand-in itself (the repo's `.venv/bin/python`):
-      <python> -m executor --host <pod IP> --port 49983 <container args…>
+      <python> -m executor --host <pod IP> --port 49983 --home <pod dir> <container args…>
   The container's `command` is ignored (it is the image's entrypoint); its `args` come last, so they may
-  override `--port` or add `--default-user root` (the host usually has no `user` account).
+  override `--port` or add `--default-user root` (the host usually has no `user` account). `--home` gives
+  each pod a home of its own (the pod's directory), as a container has, instead of the host's /root.
 - any other image runs `command` + `args` verbatim on the host, as root, e.g. `["python3", "-m",
   "http.server", "--bind", "$(POD_IP)", "8080"]`. Without a `command` there is nothing to run: the
   container stays Waiting with reason `StandInNoCommand`.
@@ -57,11 +58,11 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return _REFERENCE.sub(replace, text)
 
 
-def container_argv(container: Container, pod_ip: str, env: Mapping[str, str]) -> list[str] | None:
+def container_argv(container: Container, pod_ip: str, env: Mapping[str, str], home: str) -> list[str] | None:
     """The host command line for `container`, or None when the convention gives it none."""
     args = [expand(arg, env) for arg in container.args]
     if is_sandbox_image(container.image):
-        executor = [sys.executable, "-m", "executor", "--host", pod_ip, "--port", str(EXECUTOR_PORT)]
+        executor = [sys.executable, "-m", "executor", "--host", pod_ip, "--port", str(EXECUTOR_PORT), "--home", home]
         return executor + args
     if not container.command:
         return None

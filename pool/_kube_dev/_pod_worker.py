@@ -129,7 +129,7 @@ class PodWorker:
             self._dirty.set()
             await _wait(self._stopping, 2.0)
             return 1
-        argv = container_argv(container, self._state.pod_ip, env)
+        argv = container_argv(container, self._state.pod_ip, env, str(self._dir))
         if argv is None:
             state.waiting(NO_COMMAND, "the stand-in kubelet runs agent-sandbox/sandbox-* images, or a command")
             self._dirty.set()

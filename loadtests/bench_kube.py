@@ -1,0 +1,241 @@
+"""Benchmark: warm-pool claims and resumes from zero on Kubernetes (the dev cluster), through `agent-sandbox serve`.
+
+Starts its own dev cluster (`scripts/kube-dev-cluster up` on free ports in a temporary state dir, `down` at the
+end), a namespace in it, and `agent-sandbox serve --runtime kubernetes --warm base=W` on that namespace (idle
+pauses off: only E2B's pause scales a sandbox to zero). Then, in rounds, through the E2B REST API and the
+gateway's data plane, in raw HTTP (nothing retried or pooled):
+
+    cold-create          POST /v2/sandboxes -> 201 for `sandbox-base-node`, which has no warm pool (the baseline;
+                         the dev cluster's stand-in kubelet runs every template's executor alike); `+cmd`: then
+                         `echo hi` through envd's Process/Start
+    warm-claim           the same for `base`, its pool full: the create claims a warm pod
+    running-get          first byte of GET envd /health (port 49983, Host `49983-<id>.sandbox.localhost`) on a
+                         running sandbox (the baseline of the resumes)
+    resume-held-get      the same GET on a sandbox E2B's pause scaled to zero (`autoResume`: the request wakes it)
+    resume-connect       POST /sandboxes/{id}/connect -> 201 on such a sandbox; `+get`: then that GET's first byte
+
+Every timed step starts with the pool full, no refill starting, and no sandbox pod but the one it measures, so
+each figure is one operation on an otherwise idle cluster. The first round warms caches and is not counted.
+
+    .venv/bin/python -m loadtests.bench_kube --runs 20 --warm 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from loadtests._stats import percentile
+from loadtests.bench_create import _first_command
+from pool._kube_dev._control_plane import load_layout
+from tests.kube_fixtures import SCRIPT, Kube, free_port_pair
+from tests.scale_to_zero_fixtures import host, metric, wait_for
+from tests.server_fixtures import RunningServer, free_port, running_server
+
+ENVD_PORT = 49983
+COLD_TEMPLATE = "sandbox-base-node"
+_AUTO_RESUME = {"onTimeout": "pause", "autoResume": True}
+SERIES = {
+    "cold-create": "cold create -> 201 (no pool, BASELINE)",
+    "cold-create+cmd": "cold create + first command",
+    "warm-claim": "warm claim -> 201 (base)",
+    "warm-claim+cmd": "warm claim + first command",
+    "running-get": "data-plane GET, running (BASELINE)",
+    "resume-held-get": "held data-plane GET, scaled to zero",
+    "resume-connect": "connect -> 201, scaled to zero",
+    "resume-connect+get": "connect + data-plane GET first byte",
+}
+Series = dict[str, list[float]]
+
+
+@contextmanager
+def dev_cluster(state: Path) -> Iterator[Kube]:
+    """A cluster of its own (`up`), stopped with `down` however the block ends."""
+    up = [str(SCRIPT), "up", "--state-dir", str(state), "--port", str(free_port())]
+    state.mkdir()
+    try:
+        started = subprocess.run(
+            [*up, "--etcd-port", str(free_port_pair())], capture_output=True, text=True, timeout=300
+        )
+        if started.returncode != 0:
+            raise RuntimeError(f"kube-dev-cluster up failed ({started.returncode}):\n{started.stderr}")
+        yield Kube(load_layout(state), Path(started.stdout.strip().splitlines()[-1]))
+    finally:
+        subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=120)
+
+
+def new_namespace(kube: Kube) -> str:
+    """A fresh namespace whose default ServiceAccount is ready (the cluster goes with it)."""
+    name = f"bench-{secrets.token_hex(4)}"
+    with kube.client() as client:
+        client.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
+        account = f"/api/v1/namespaces/{name}/serviceaccounts/default"
+
+        def ready() -> bool:
+            response = client.get(account)
+            return response.status_code == 200 and bool(response.json().get("secrets"))
+
+        wait_for(ready, 60, f"the default ServiceAccount of {name}")
+    return name
+
+
+def data_plane_get(gateway_port: int, sandbox_id: str) -> tuple[float, float]:
+    """GET envd's /health through the gateway on an open connection: when it was sent and its first byte came."""
+    request = f"GET /health HTTP/1.1\r\nHost: {host(sandbox_id, ENVD_PORT)}\r\nConnection: close\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", gateway_port), timeout=180) as sock:
+        sent = time.perf_counter()
+        sock.sendall(request)
+        first = sock.recv(1)
+        answered = time.perf_counter()
+        reply = first + b"".join(iter(lambda: sock.recv(65536), b""))
+    if not reply.startswith(b"HTTP/1.1 204"):
+        raise RuntimeError(f"sandbox {sandbox_id} answered {reply[:300]!r}")
+    return sent, answered
+
+
+class Bench:
+    """One server's E2B API and data plane, and the cluster beside it, measured into `series`."""
+
+    def __init__(self, server: RunningServer, api: httpx.Client, cluster: httpx.Client, namespace: str) -> None:
+        self.server, self.api, self.cluster = server, api, cluster
+        self.pods = f"/api/v1/namespaces/{namespace}/pods"
+        self.live: set[str] = set()  # created and not killed yet: killed at the end whatever happens
+
+    def settle(self, warm: int, sandbox_pods: int) -> None:
+        """Wait until the pool is full with no refill starting, and `sandbox_pods` sandbox pods exist."""
+
+        def quiet() -> bool:
+            ready = metric(self.server, "agent_sandbox_warm_pool_ready", template="base")
+            starting = metric(self.server, "agent_sandbox_warm_pool_starting", template="base")
+            listed = self.cluster.get(self.pods, params={"labelSelector": "agent-sandbox.dev/role=sandbox"})
+            return ready >= warm and not starting and len(listed.json()["items"]) == sandbox_pods
+
+        wait_for(quiet, 180, f"a full pool ({warm}), no refill and {sandbox_pods} sandbox pod(s)")
+
+    def create(self, template: str, series: Series, name: str) -> str:
+        """Create (timed to its 201 into `name`), then run a first command (timed into `name+cmd`)."""
+        body: dict[str, object] = {"templateID": template, "timeout": 300, "lifecycle": _AUTO_RESUME}
+        began = time.perf_counter()
+        created = self.api.post("/v2/sandboxes", json=body)
+        series[name].append((time.perf_counter() - began) * 1000)
+        if created.status_code != 201:
+            raise RuntimeError(f"create {template}: {created.status_code} {created.text}")
+        sandbox_id: str = created.json()["sandboxID"]
+        self.live.add(sandbox_id)
+        _first_command(self.api, sandbox_id, created.json()["envdAccessToken"])
+        series[f"{name}+cmd"].append((time.perf_counter() - began) * 1000)
+        return sandbox_id
+
+    def pause(self, sandbox_id: str) -> None:
+        """E2B's pause: the sandbox's files archived and its ReplicaSet scaled to zero."""
+        paused = self.api.post(f"/sandboxes/{sandbox_id}/pause")
+        if paused.status_code != 204:
+            raise RuntimeError(f"pause {sandbox_id}: {paused.status_code} {paused.text}")
+
+        def paused_now() -> bool:
+            return bool(self.api.get(f"/sandboxes/{sandbox_id}").json().get("state") == "paused")
+
+        wait_for(paused_now, 60, f"{sandbox_id} to be paused")
+
+    def connect(self, sandbox_id: str, series: Series) -> None:
+        began = time.perf_counter()
+        connected = self.api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 300})
+        series["resume-connect"].append((time.perf_counter() - began) * 1000)
+        if connected.status_code != 201:
+            raise RuntimeError(f"connect {sandbox_id}: {connected.status_code} {connected.text}")
+        _, answered = data_plane_get(self.server.port, sandbox_id)
+        series["resume-connect+get"].append((answered - began) * 1000)
+
+    def get(self, sandbox_id: str, series: Series, name: str) -> None:
+        sent, answered = data_plane_get(self.server.port, sandbox_id)
+        series[name].append((answered - sent) * 1000)
+
+    def kill(self, sandbox_id: str) -> None:
+        self.api.delete(f"/sandboxes/{sandbox_id}")
+        self.live.discard(sandbox_id)
+
+    def round(self, warm: int, series: Series) -> None:
+        self.settle(warm, 0)
+        self.kill(self.create(COLD_TEMPLATE, series, "cold-create"))
+        self.settle(warm, 0)
+        sandbox_id = self.create("base", series, "warm-claim")
+        self.settle(warm, 1)
+        self.get(sandbox_id, series, "running-get")
+        self.pause(sandbox_id)
+        self.settle(warm, 0)
+        self.get(sandbox_id, series, "resume-held-get")
+        self.pause(sandbox_id)
+        self.settle(warm, 0)
+        self.connect(sandbox_id, series)
+        self.kill(sandbox_id)
+
+
+def measure(kube: Kube, runs: int, warm: int, tmp: Path) -> Series:
+    namespace = new_namespace(kube)
+    args = ["--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", namespace,
+            "--kube-sandbox-user", "root", "--warm", f"base={warm}",
+            "--pause-after", "0", "--snapshot-after", "0"]  # fmt: skip
+    env = {"AGENT_SANDBOX_API_KEY": f"e2b_{secrets.token_hex(16)}"}
+    series: Series = {name: [] for name in SERIES}
+    try:
+        with (
+            running_server(tmp / "data", *args, env=env) as server,
+            httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}, timeout=180) as api,
+            kube.client() as cluster,
+        ):
+            bench = Bench(server, api, cluster, namespace)
+            try:
+                bench.round(warm, {name: [] for name in SERIES})  # warm-up, not counted
+                for _ in range(runs):
+                    bench.round(warm, series)
+            finally:
+                for sandbox_id in list(bench.live):
+                    bench.kill(sandbox_id)
+    except BaseException:
+        log = tmp / "data.server.log"
+        tail = log.read_text().splitlines()[-60:] if log.exists() else []
+        print("the server's log, last lines:", *tail, sep="\n", file=sys.stderr)
+        raise
+    return series
+
+
+def report(series: Series, warm: int) -> None:
+    print(f"Kubernetes dev cluster; warm pool base={warm}, cold creates use {COLD_TEMPLATE}; ratios are p50 / p50")
+    print(f"{'series':<20} {'what':<40} {'n':>4} {'p50':>9} {'p90':>9} {'p99':>9}  (ms)")
+    for name, label in SERIES.items():
+        values = series[name]
+        figures = " ".join(f"{percentile(values, q):9.1f}" for q in (50, 90, 99))
+        print(f"{name:<20} {label:<40} {len(values):>4} {figures}")
+    p50 = {name: percentile(values, 50) for name, values in series.items()}
+    print(
+        f"ratios: cold/warm create x{p50['cold-create'] / p50['warm-claim']:.2f}, "
+        f"cold/warm create+cmd x{p50['cold-create+cmd'] / p50['warm-claim+cmd']:.2f}, "
+        f"held resume/running x{p50['resume-held-get'] / p50['running-get']:.1f}, "
+        f"connect+get/running x{p50['resume-connect+get'] / p50['running-get']:.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warm", type=int, default=2, help="warm pods kept ready for `base` (at least 1)")
+    args = parser.parse_args()
+    if args.runs < 1 or args.warm < 1:
+        parser.error("--runs and --warm must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp, dev_cluster(Path(tmp) / "cluster") as kube:
+        series = measure(kube, args.runs, args.warm, Path(tmp))
+    report(series, args.warm)
+
+
+if __name__ == "__main__":
+    main()
