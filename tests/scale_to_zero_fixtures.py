@@ -151,6 +151,27 @@ async def burst(gateway_port: int, sandbox_id: str, http: int, websockets: int) 
     return list(replies), list(frames)
 
 
+async def health_burst(gateway_port: int, sandbox_id: str, count: int) -> list[Reply]:
+    """`count` GETs of the executor's /health through the gateway, on connections opened first and sent at once
+    (the executor is what answers after a resume of any runtime, with nothing started in the sandbox)."""
+    conns = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", gateway_port) for _ in range(count)))
+    request = f"GET /health HTTP/1.1\r\nHost: {host(sandbox_id, 49983)}\r\nConnection: close\r\n\r\n".encode()
+    go = asyncio.Event()
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Reply:
+        await go.wait()
+        writer.write(request)
+        try:
+            return _parse(await reader.read())
+        finally:
+            writer.close()
+
+    replies = asyncio.gather(*(one(*conn) for conn in conns))
+    await asyncio.sleep(0)
+    go.set()
+    return list(await replies)
+
+
 def counted(server: RunningServer, sandbox_id: str) -> dict[str, Any]:
     """What the counting server in the sandbox counted (through the gateway)."""
     reply = httpx.get(f"{server.url}/count", headers={"Host": host(sandbox_id)}, timeout=30)

@@ -25,7 +25,7 @@ from e2b.connection_config import ApiParams
 
 from tests import kube_fixtures, redis_fixtures
 from tests.kube_fixtures import Kube, wait_for
-from tests.scale_to_zero_fixtures import Reply, metric
+from tests.scale_to_zero_fixtures import Reply, health_burst, metric
 from tests.server_fixtures import RunningServer, running_server
 
 kube = kube_fixtures.kube
@@ -84,23 +84,6 @@ def _replicas_of(kube: Kube, namespace: str, sandbox_id: str) -> str:
     ).strip()
 
 
-async def _health_burst(gateway_port: int, sandbox_id: str, count: int) -> list[Reply]:
-    """`count` GETs of the executor's /health through the gateway, sent at once on fresh connections."""
-    conns = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", gateway_port) for _ in range(count)))
-    request = f"GET /health HTTP/1.1\r\nHost: 49983-{sandbox_id}.sandbox.localhost\r\nConnection: close\r\n\r\n"
-
-    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Reply:
-        writer.write(request.encode())
-        try:
-            raw = await reader.read()
-        finally:
-            writer.close()
-        head = raw.partition(b"\r\n\r\n")[0].decode("latin-1")
-        return Reply(int(head.split()[1]), b"", {})
-
-    return list(await asyncio.gather(*(one(*conn) for conn in conns)))
-
-
 def _paused_sandbox(replicas: Replicas) -> tuple[Sandbox, str, str]:
     """A sandbox created on replica A with a file in its working directory, then paused (scaled to zero)."""
     sbx = Sandbox.create(
@@ -137,7 +120,7 @@ def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
             resume = pool.submit(lambda: Sandbox.connect(sbx.sandbox_id, timeout=240, **replicas.sdk(replicas.a)))
             # A holds the sandbox's activation lock once it scales the ReplicaSet back up: then burst B.
             wait_for(lambda: _replicas_of(kube, kube_namespace, sbx.sandbox_id) == "1", what="A to start the resume")
-            replies = asyncio.run(_health_burst(replicas.b.port, sbx.sandbox_id, BURST))
+            replies = asyncio.run(health_burst(replicas.b.port, sbx.sandbox_id, BURST))
             resume.result(timeout=120)
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
@@ -156,8 +139,8 @@ def test_one_activation_per_sandbox_across_replicas(replicas: Replicas) -> None:
 
         async def both() -> list[Reply]:
             a, b = await asyncio.gather(
-                _health_burst(replicas.a.port, sbx.sandbox_id, BURST // 2),
-                _health_burst(replicas.b.port, sbx.sandbox_id, BURST // 2),
+                health_burst(replicas.a.port, sbx.sandbox_id, BURST // 2),
+                health_burst(replicas.b.port, sbx.sandbox_id, BURST // 2),
             )
             return a + b
 

@@ -17,7 +17,7 @@ from e2b import Sandbox, SandboxQuery
 
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, wait_for
-from tests.scale_to_zero_fixtures import Reply, metric
+from tests.scale_to_zero_fixtures import health_burst, metric
 from tests.server_fixtures import RunningServer, running_server
 
 kube = kube_fixtures.kube
@@ -113,28 +113,6 @@ def test_pause_scales_to_zero_and_connect_brings_the_files_back(kube: Kube, name
         sbx.kill()
 
 
-async def _health_burst(gateway_port: int, sandbox_id: str, count: int) -> list[Reply]:
-    """`count` GETs of the executor's /health through the gateway, sent at once on fresh connections."""
-    conns = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", gateway_port) for _ in range(count)))
-    request = f"GET /health HTTP/1.1\r\nHost: 49983-{sandbox_id}.sandbox.localhost\r\nConnection: close\r\n\r\n"
-    go = asyncio.Event()
-
-    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Reply:
-        await go.wait()
-        writer.write(request.encode())
-        try:
-            raw = await reader.read()
-        finally:
-            writer.close()
-        head = raw.partition(b"\r\n\r\n")[0].decode("latin-1")
-        return Reply(int(head.split()[1]), b"", {})
-
-    replies = asyncio.gather(*(one(*conn) for conn in conns))
-    await asyncio.sleep(0)
-    go.set()
-    return list(await replies)
-
-
 def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kube, namespace: str) -> None:
     sbx = Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True}, timeout=120)
     try:
@@ -142,7 +120,7 @@ def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kub
         assert _replicas_of(kube, namespace, sbx.sandbox_id) == "0"
         activations = metric(server, "agent_sandbox_activations_total", result="ok")
         held = metric(server, "agent_sandbox_holds_total", result="resumed")
-        replies = asyncio.run(_health_burst(server.port, sbx.sandbox_id, BURST))
+        replies = asyncio.run(health_burst(server.port, sbx.sandbox_id, BURST))
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
         assert statuses[200] + statuses[204] == BURST
