@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+import msgspec
 from msgspec.structs import replace
 
 from activator._catalog import TemplateCatalog
@@ -237,7 +238,7 @@ class SandboxMachine:
             default_user=template.user,
             default_workdir=template.workdir,
         )
-        return SandboxSpec(sandbox_id=record.id, template=template, init=init)
+        return SandboxSpec(sandbox_id=record.id, template=template, init=init, annotations=_annotations(record))
 
     def _remember(self, step: Step) -> None:
         record = step.record
@@ -271,6 +272,18 @@ class SandboxMachine:
         self._logs.add(sandbox_id, LogLine(self._clock(), level, message))
 
 
+def _annotations(record: SandboxRecord) -> dict[str, str]:
+    """What a runtime may show of the sandbox on its own objects (the ReplicaSet on Kubernetes): who owns it (the
+    API key's id, never a key), its metadata and lifecycle; never its env vars or token."""
+    return {
+        "agent-sandbox.dev/owner": record.owner,
+        "agent-sandbox.dev/alias": record.alias,
+        "agent-sandbox.dev/metadata": _json(record.metadata).decode(),
+        "agent-sandbox.dev/lifecycle": _json(record.lifecycle).decode(),
+    }
+
+
+_json = msgspec.json.Encoder().encode
 _OPERATIONS = {"start": "cold_start", "thaw": "resume", "restore": "resume", "freeze": "pause", "snapshot": "snapshot"}
 
 

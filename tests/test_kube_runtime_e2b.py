@@ -7,6 +7,8 @@ sandbox scaled to zero and back with its files), and a held burst released by on
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import secrets
 from collections import Counter
 from collections.abc import Iterator
@@ -74,6 +76,21 @@ def test_e2b_sdk_creates_uses_and_kills_a_sandbox_on_kubernetes(kube: Kube, name
     wait_for(lambda: f"replicaset.apps/sandbox-{sbx.sandbox_id}" not in _replica_sets(kube, namespace),
              what="the ReplicaSet to go")  # fmt: skip
     assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+
+
+def test_the_replica_set_shows_owner_metadata_and_lifecycle_but_no_secret(kube: Kube, namespace: str) -> None:
+    sbx = Sandbox.create(metadata={"team": "blue"}, envs={"SECRET_VALUE": "hunter2"}, timeout=120)
+    try:
+        raw = kube.kubectl("get", "replicaset", f"sandbox-{sbx.sandbox_id}", "-n", namespace, "-o", "json")
+        annotations = json.loads(raw)["metadata"]["annotations"]
+        assert json.loads(annotations["agent-sandbox.dev/metadata"]) == {"team": "blue"}
+        assert json.loads(annotations["agent-sandbox.dev/lifecycle"])["on_timeout"] == "kill"
+        assert annotations["agent-sandbox.dev/owner"]  # the API key's id
+        assert "hunter2" not in raw
+        assert os.environ["E2B_API_KEY"] not in raw
+        assert "hunter2" not in kube.kubectl("get", "pods", "-n", namespace, "-o", "json")
+    finally:
+        sbx.kill()
 
 
 def test_list_shows_the_sandboxes_of_the_namespace_by_metadata() -> None:
