@@ -9,7 +9,7 @@ import msgspec
 
 from pool._templates import Template
 
-__all__ = ["MAX_WARM", "TemplatePool", "WarmPoolStats", "resolve_targets"]
+__all__ = ["MAX_WARM", "PoolCounters", "TemplatePool", "WarmPoolStats", "resolve_targets"]
 
 MAX_WARM = 1000  # the same bound a template file's `warm` has
 _RATE_WINDOW = 60.0  # seconds of finished refills that `refill_rate` averages over
@@ -29,40 +29,24 @@ class WarmPoolStats(msgspec.Struct, frozen=True, kw_only=True):
     refill_rate: float  # sandboxes started per second over the last minute
 
 
-class TemplatePool:
-    """One template's ready sandboxes, refill state and counters.
+class PoolCounters:
+    """One template's target, counters and refill backoff, as every kind of warm pool keeps them.
 
-    Touched only on the event loop. `ready` is appended by refill tasks and popped by claims; a claim pops
-    before its first await, so two claims never take the same id and no lock is needed. `starting` and
-    `retry_at` are written by the refill tasks and read by the refill loop's scheduling.
+    Touched only on the event loop. `retry_at` is written by the refill (or warming) tasks and read by the
+    loop that schedules them.
     """
 
-    __slots__ = (
-        "claims", "discarded", "failures", "failures_in_row", "finished", "misses", "ready", "refilled",
-        "retry_at", "starting", "target", "template",
-    )  # fmt: skip
+    __slots__ = ("claims", "discarded", "failures", "failures_in_row", "finished", "misses", "refilled", "retry_at",
+                 "target")  # fmt: skip
 
-    def __init__(self, template: Template, target: int) -> None:
-        self.template = template
+    def __init__(self, target: int) -> None:
         self.target = target
-        self.ready: deque[str] = deque()  # oldest first
-        self.starting = 0
+        self.claims = self.misses = self.discarded = self.refilled = self.failures = self.failures_in_row = 0
         self.retry_at = 0.0  # monotonic time before which no refill starts (backoff after failures)
-        self.failures_in_row = 0
         self.finished: deque[float] = deque()  # monotonic end times of refills within `_RATE_WINDOW`
-        self.claims = self.misses = self.discarded = self.refilled = self.failures = 0
 
-    @property
-    def filled(self) -> int:
-        """Ready plus starting: what the pool will hold once its refills in flight end."""
-        return len(self.ready) + self.starting
-
-    def wants(self, now: float) -> bool:
-        """Below target and not backing off."""
-        return self.filled < self.target and self.retry_at <= now
-
-    def started(self, sandbox_id: str, now: float) -> None:
-        self.ready.append(sandbox_id)
+    def refilled_at(self, now: float) -> None:
+        """Count a refill that ended well at `now`: the failures in a row are over."""
         self.refilled += 1
         self.failures_in_row = 0
         self.finished.append(now)
@@ -75,14 +59,48 @@ class TemplatePool:
         self.retry_at = now + delay
         return delay
 
-    def stats(self, now: float) -> WarmPoolStats:
+    def figures(self, *, ready: int, starting: int, now: float) -> WarmPoolStats:
+        """The counters with the pool's `ready` and `starting` sandboxes as counted by its owner."""
         while self.finished and self.finished[0] < now - _RATE_WINDOW:
             self.finished.popleft()
         return WarmPoolStats(
-            target=self.target, ready=len(self.ready), starting=self.starting, claims=self.claims,
-            misses=self.misses, discarded=self.discarded, refilled=self.refilled, failures=self.failures,
+            target=self.target, ready=ready, starting=starting, claims=self.claims, misses=self.misses,
+            discarded=self.discarded, refilled=self.refilled, failures=self.failures,
             refill_rate=len(self.finished) / _RATE_WINDOW,
         )  # fmt: skip
+
+
+class TemplatePool(PoolCounters):
+    """One template's ready sandboxes, refill state and counters.
+
+    Touched only on the event loop. `ready` is appended by refill tasks and popped by claims; a claim pops
+    before its first await, so two claims never take the same id and no lock is needed. `starting` and
+    `retry_at` are written by the refill tasks and read by the refill loop's scheduling.
+    """
+
+    __slots__ = ("ready", "starting", "template")
+
+    def __init__(self, template: Template, target: int) -> None:
+        super().__init__(target)
+        self.template = template
+        self.ready: deque[str] = deque()  # oldest first
+        self.starting = 0
+
+    @property
+    def filled(self) -> int:
+        """Ready plus starting: what the pool will hold once its refills in flight end."""
+        return len(self.ready) + self.starting
+
+    def wants(self, now: float) -> bool:
+        """Below target and not backing off."""
+        return self.filled < self.target and self.retry_at <= now
+
+    def started(self, sandbox_id: str, now: float) -> None:
+        self.ready.append(sandbox_id)
+        self.refilled_at(now)
+
+    def stats(self, now: float) -> WarmPoolStats:
+        return self.figures(ready=len(self.ready), starting=self.starting, now=now)
 
 
 def resolve_targets(templates: Mapping[str, Template], overrides: Mapping[str, int]) -> dict[str, int]:

@@ -121,14 +121,17 @@ def ready(pools: KubeWarmPools, count: int) -> Callable[[], bool]:
     return lambda: pools.stats()["base"].ready == count
 
 
-Scenario = Callable[[Cluster, Callable[..., contextlib.AbstractAsyncContextManager[KubeWarmPools]]], Awaitable[None]]
+Pools = Callable[..., contextlib.AbstractAsyncContextManager[KubeWarmPools]]
+Scenario = Callable[[Cluster, Pools], Awaitable[None]]
+Run = Callable[[Scenario], None]
 
 
-def run(kube: Kube, namespace: str, template: Template, scenario: Scenario) -> None:
-    """Run `scenario` with the namespace and a factory of warm pools (`leader=True`: running `run()` too)."""
+@pytest.fixture
+def run(kube: Kube, kube_namespace: str, template: Template) -> Run:
+    """Runs a scenario with the namespace and a factory of warm pools (`leader=True`: running `run()` too)."""
     ids = (f"warm{n}" for n in itertools.count())
 
-    async def main() -> None:
+    async def main(scenario: Scenario) -> None:
         api = KubeApi(load_kubeconfig(kube.kubeconfig))
 
         @contextlib.asynccontextmanager
@@ -136,7 +139,7 @@ def run(kube: Kube, namespace: str, template: Template, scenario: Scenario) -> N
             target: int = 1, *, leader: bool = False, tpl: Template = template, ports_timeout: float = 30.0
         ) -> AsyncIterator[KubeWarmPools]:
             # The dev cluster runs executors on the host, which has no `user` account.
-            settings = KubeSettings(namespace=namespace, sandbox_user="root", ports_timeout=ports_timeout)
+            settings = KubeSettings(namespace=kube_namespace, sandbox_user="root", ports_timeout=ports_timeout)
             pools = KubeWarmPools(api, settings, {"base": tpl}, new_id=lambda: next(ids), targets={"base": target})
             task = asyncio.create_task(pools.run()) if leader else None
             try:
@@ -148,17 +151,24 @@ def run(kube: Kube, namespace: str, template: Template, scenario: Scenario) -> N
                     await asyncio.gather(task, return_exceptions=True)
 
         try:
-            await scenario(Cluster(api, namespace), warm_pools)
+            await scenario(Cluster(api, kube_namespace), warm_pools)
         finally:
             await api.aclose()
 
-    asyncio.run(main())
+    return lambda scenario: asyncio.run(main(scenario))
 
 
-def test_the_pool_replica_set_keeps_its_target_of_pods_warm(
-    kube: Kube, kube_namespace: str, template: Template, start_log: Path
-) -> None:
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
+async def claim_warm_pod(cluster: Cluster, warm_pools: Pools) -> tuple[str, Any]:
+    """Claim the pod of a pool of one once it is warm, with the pools closed again: the sandbox id and its pod."""
+    async with warm_pools(1, leader=True) as pools:
+        await until(pools, ready(pools, 1), "a warm-ready pod")
+        sandbox_id = await pools.claim("base", INIT)
+    assert sandbox_id is not None
+    return sandbox_id, await cluster.sandbox_pod(sandbox_id)
+
+
+def test_the_pool_replica_set_keeps_its_target_of_pods_warm(run: Run, template: Template, start_log: Path) -> None:
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(2, leader=True) as pools:
             await until(pools, ready(pools, 2), "two warm-ready pods")
             pool = await cluster.get(f"{cluster.rs_path}/pool-base")
@@ -177,13 +187,11 @@ def test_the_pool_replica_set_keeps_its_target_of_pods_warm(
             stats = pools.stats()["base"]
             assert (stats.target, stats.starting, stats.refilled, stats.failures) == (2, 0, 2, 0)
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)
 
 
-def test_a_claim_moves_a_warm_pod_into_a_sandbox_and_the_pool_refills(
-    kube: Kube, kube_namespace: str, template: Template, start_log: Path
-) -> None:
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
+def test_a_claim_moves_a_warm_pod_into_a_sandbox_and_the_pool_refills(run: Run, start_log: Path) -> None:
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True) as pools:
             await until(pools, ready(pools, 1), "a warm-ready pod")
             [warm] = await cluster.pods("agent-sandbox.dev/pool=base")
@@ -210,18 +218,14 @@ def test_a_claim_moves_a_warm_pod_into_a_sandbox_and_the_pool_refills(
             assert sorted(starts(start_log)) == sorted([warm["status"]["podIP"], replacement["status"]["podIP"]])
             assert (pools.stats()["base"].claims, pools.stats()["base"].refilled) == (1, 2)
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)
 
 
 def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_the_pod(
-    kube: Kube, kube_namespace: str, template: Template, start_log: Path
+    run: Run, template: Template, start_log: Path
 ) -> None:
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
-        async with warm_pools(1, leader=True) as pools:
-            await until(pools, ready(pools, 1), "a warm-ready pod")
-            sandbox_id = await pools.claim("base", INIT)
-        assert sandbox_id is not None
-        pod = await cluster.sandbox_pod(sandbox_id)
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
+        sandbox_id, pod = await claim_warm_pod(cluster, warm_pools)
         assert "ownerReferences" not in pod["metadata"]  # an orphan until its sandbox's ReplicaSet exists
         assert is_claimed_warm_pod(msgspec.convert(pod, Pod))  # what `KubernetesRuntime.start` checks
         # What `KubernetesRuntime.start` POSTs for the claimed id.
@@ -254,18 +258,14 @@ def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_
 
         await eventually(gone, "the adopted pod to go with its ReplicaSet")
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)
 
 
 def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again(
-    kube: Kube, kube_namespace: str, template: Template, start_log: Path
+    run: Run, template: Template, start_log: Path
 ) -> None:
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
-        async with warm_pools(1, leader=True) as pools:
-            await until(pools, ready(pools, 1), "a warm-ready pod")
-            sandbox_id = await pools.claim("base", INIT)
-        assert sandbox_id is not None
-        pod = await cluster.sandbox_pod(sandbox_id)
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
+        sandbox_id, pod = await claim_warm_pod(cluster, warm_pools)
         runtime = KubernetesRuntime(cluster.api, KubeSettings(namespace=cluster.namespace, sandbox_user="root"))
         try:
             await runtime.start(SandboxSpec(sandbox_id=sandbox_id, template=template, init=INIT))
@@ -277,13 +277,11 @@ def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again(
         finally:
             await runtime.aclose()  # closes `cluster.api` too, which tolerates a second `aclose`
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)
 
 
-def test_two_claimers_racing_for_one_warm_pod_never_share_it(
-    kube: Kube, kube_namespace: str, template: Template
-) -> None:
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
+def test_two_claimers_racing_for_one_warm_pod_never_share_it(run: Run) -> None:
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True) as first, warm_pools(1) as second:
             assert await second.claim("base", INIT) is None  # nothing warm yet; starts the second one's pod cache
             await until(first, ready(first, 1), "a warm-ready pod")
@@ -300,11 +298,11 @@ def test_two_claimers_racing_for_one_warm_pod_never_share_it(
                 0,
             ]
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)
 
 
-def test_a_claim_on_an_empty_pool_returns_none_at_once(kube: Kube, kube_namespace: str, template: Template) -> None:
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
+def test_a_claim_on_an_empty_pool_returns_none_at_once(run: Run) -> None:
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(0, leader=True) as pools:
             async with asyncio.timeout(1.0):
                 assert await pools.claim("base", INIT) is None
@@ -313,13 +311,13 @@ def test_a_claim_on_an_empty_pool_returns_none_at_once(kube: Kube, kube_namespac
             assert (stats.target, stats.ready, stats.misses) == (0, 0, 1)
             assert await cluster.pods("agent-sandbox.dev/role=warm") == []
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)
 
 
-def test_a_pod_whose_warming_fails_is_deleted_and_replaced(kube: Kube, kube_namespace: str, template: Template) -> None:
+def test_a_pod_whose_warming_fails_is_deleted_and_replaced(run: Run, template: Template) -> None:
     silent = msgspec.structs.replace(template, start=("sleep 600",))  # its port never opens
 
-    async def scenario(cluster: Cluster, warm_pools: Any) -> None:
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True, tpl=silent, ports_timeout=0.5) as pools:
             [first] = await eventually(lambda: cluster.pods("agent-sandbox.dev/pool=base"), "a pool pod")
             await until(pools, lambda: pools.stats()["base"].failures == 1, "the warming to fail")
@@ -332,4 +330,4 @@ def test_a_pod_whose_warming_fails_is_deleted_and_replaced(kube: Kube, kube_name
             assert pools.stats()["base"].ready == 0
             assert await pools.claim("base", INIT) is None
 
-    run(kube, kube_namespace, template, scenario)
+    run(scenario)

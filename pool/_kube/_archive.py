@@ -19,6 +19,7 @@ import msgspec
 
 from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
+from pool._kube._calls import delete
 from pool._kube._manifest import ID_LABEL, ROLE_LABEL, ReplicaSet
 from pool._runtime import SnapshotInfo
 
@@ -125,11 +126,7 @@ class ArchiveStore:
         selector = f"{ROLE_LABEL}={_ROLE},{ID_LABEL}={sandbox_id}"
         listed = _secrets.decode(await self._api.call("GET", self._path, params={"labelSelector": selector}))
         for secret in listed.items:
-            try:
-                await self._api.call("DELETE", f"{self._path}/{secret.metadata.name}")
-            except KubeApiError as exc:
-                if exc.status != 404:
-                    raise
+            await delete(self._api, f"{self._path}/{secret.metadata.name}")
 
     @staticmethod
     def _secret(owner: ReplicaSet, sandbox_id: str, n: int, chunk: bytes) -> dict[str, object]:

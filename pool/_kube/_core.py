@@ -26,10 +26,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from pool._errors import PortClosed, RuntimeFailure, SandboxGone
+from pool._errors import RuntimeFailure, SandboxGone
 from pool._executor_client import EXECUTOR_PORT, freeze, thaw
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._archive import ARCHIVE_LIMIT
+from pool._kube._calls import connect, delete
 from pool._kube._census import ProcessCensus, template_only
 from pool._kube._manifest import ReplicaSet, replica_set, replica_set_name
 from pool._kube._metrics import read_metrics
@@ -121,12 +122,7 @@ class KubeSandboxes:
         await self._watch()
         self._tokens.pop(sandbox_id, None)
         self._census.forget(sandbox_id)
-        params = {"propagationPolicy": "Background"}
-        try:
-            await self._api.call("DELETE", self._rs_url(sandbox_id), params=params)
-        except KubeApiError as exc:
-            if exc.status != 404:
-                raise
+        await delete(self._api, self._rs_url(sandbox_id), params={"propagationPolicy": "Background"})
         gone = f"the ReplicaSet of sandbox {sandbox_id} to go"
         await self._sets.wait(lambda: self._sets.get(sandbox_id) is None, self._settings.stop_timeout, gone)
         for name in self._pods.of(sandbox_id):  # a claimed warm pod no ReplicaSet adopted: the GC never takes it
@@ -134,11 +130,7 @@ class KubeSandboxes:
         await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
 
     async def _delete_pod(self, name: str) -> None:
-        try:
-            await self._api.call("DELETE", f"/api/v1/namespaces/{self._settings.namespace}/pods/{name}")
-        except KubeApiError as exc:
-            if exc.status != 404:
-                raise
+        await delete(self._api, f"/api/v1/namespaces/{self._settings.namespace}/pods/{name}")
 
     async def freeze(self, sandbox_id: str) -> None:
         """SIGSTOP every process but the executor; the census taken then holds until `thaw`."""
@@ -168,18 +160,7 @@ class KubeSandboxes:
             if found.spec.replicas < 1:
                 raise SandboxGone(f"sandbox {sandbox_id} is scaled to zero")
             ip = await self._pods.wait_ready(sandbox_id, self._settings.connect_wait)
-        sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            async with asyncio.timeout(self._settings.connect_wait):
-                await asyncio.get_running_loop().sock_connect(sock, (ip, port))
-        except ConnectionRefusedError as exc:
-            sock.close()
-            raise PortClosed(f"nothing listens on port {port} of sandbox {sandbox_id}") from exc
-        except (OSError, TimeoutError) as exc:
-            sock.close()
-            raise RuntimeFailure(f"cannot connect to port {port} of sandbox {sandbox_id} at {ip}: {exc!r}") from exc
-        return sock
+        return await connect(ip, port, self._settings.connect_wait, f"sandbox {sandbox_id}")
 
     def is_running(self, sandbox_id: str) -> bool:
         return self._sets.running(sandbox_id)

@@ -86,12 +86,22 @@ def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[st
     }
 
 
+class _OwnerReference(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str = ""
+    name: str = ""
+    controller: bool = False
+
+
 class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The metadata fields the runtime and the warm pools read (a watch's bookmark has only `resource_version`)."""
+
     name: str = ""
     uid: str = ""
+    owner_references: list[_OwnerReference] = []
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     resource_version: str = ""
+    creation_timestamp: str | None = None  # RFC 3339 in UTC, whole seconds: sorts as text (null in bookmarks)
     deletion_timestamp: str | None = None
 
 

@@ -22,9 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
-
-from pool._kube._manifest import ID_LABEL, ROLE_LABEL, TEMPLATE_LABEL, Pod, replica_set
+from pool._kube._manifest import ID_LABEL, ROLE_LABEL, TEMPLATE_LABEL, ObjectList, Pod, replica_set
 from pool._runtime import ExecutorInit, SandboxSpec
 from pool._templates import Template
 
@@ -116,37 +114,8 @@ def runs_claimed_warm_pod(pods: Iterable[Pod]) -> bool:
     return any(is_claimed_warm_pod(pod) and pod.ready_ip is not None for pod in pods)
 
 
-class _Owner(msgspec.Struct, frozen=True, kw_only=True):
-    kind: str = ""
-    name: str = ""
-    controller: bool = False
-
-
-class _Meta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    name: str = ""
-    owner_references: list[_Owner] = []
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    resource_version: str = ""
-    creation_timestamp: str | None = None  # RFC 3339 in UTC, whole seconds: sorts as text (null in bookmarks)
-    deletion_timestamp: str | None = None
-
-
-class _Condition(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    status: str
-
-
-class _PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    pod_ip: str = msgspec.field(default="", name="podIP")
-    conditions: list[_Condition] = []
-
-
-class WarmPod(msgspec.Struct, frozen=True, kw_only=True):
+class WarmPod(Pod, frozen=True, kw_only=True):
     """The fields of a pool pod the warm pools read."""
-
-    metadata: _Meta
-    status: _PodStatus = _PodStatus()
 
     @property
     def name(self) -> str:
@@ -160,13 +129,6 @@ class WarmPod(msgspec.Struct, frozen=True, kw_only=True):
     def age_key(self) -> tuple[str, str]:
         """Sorts oldest first."""
         return self.metadata.creation_timestamp or "", self.metadata.name
-
-    @property
-    def ready_ip(self) -> str | None:
-        """The pod's IP once it is Ready (its executor answers) and not being deleted."""
-        ready = any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
-        alive = self.metadata.deletion_timestamp is None
-        return self.status.pod_ip if ready and alive and self.status.pod_ip else None
 
     @property
     def warm_ready(self) -> bool:
@@ -193,10 +155,4 @@ def _time(value: str | None) -> float | None:
         return 0.0  # unreadable: as old as can be
 
 
-class _ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    resource_version: str = ""
-
-
-class WarmPodList(msgspec.Struct, frozen=True, kw_only=True):
-    metadata: _ListMeta
-    items: list[WarmPod] = []
+WarmPodList = ObjectList[WarmPod]

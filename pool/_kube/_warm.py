@@ -2,7 +2,7 @@
 
 The same interface as `pool.WarmPools`, shared by every replica of the control plane. `run` is the leader's:
 it keeps the pools' ReplicaSets and warms their new pods (`_warm_keeper`). `claim` works on every replica,
-from a watch-fed cache of the pool pods (`_warm_pods`): it moves the oldest warm-ready pod into a new
+from a watch-fed cache of the pool pods by pool (`_warm_pods`): it moves the oldest warm-ready pod into a new
 sandbox with one patch under the pod's resourceVersion (`_pool_manifest.adoption_patch`), so of two replicas
 claiming one pod, one gets a 409 and tries the next; then it applies the caller's init. The caller's
 `KubernetesRuntime.start` for the returned id creates the sandbox's ReplicaSet, which adopts the pod, and
@@ -28,13 +28,14 @@ import msgspec
 from pool._errors import PoolError, RuntimeFailure
 from pool._executor_client import EXECUTOR_PORT, post_init
 from pool._kube._api import KubeApi
+from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
 from pool._kube._pool_manifest import WARM_READY_ANNOTATION, WARM_SELECTOR, WarmPod, adoption_patch
-from pool._kube._warm_keeper import PoolFigures, PoolKeeper
-from pool._kube._warm_pods import PodCalls, PoolPods, connect
+from pool._kube._warm_keeper import PoolKeeper
+from pool._kube._warm_pods import PodCalls, PoolPods
 from pool._runtime import ExecutorInit
 from pool._templates import Template
-from pool._warm_state import WarmPoolStats, resolve_targets
+from pool._warm_state import PoolCounters, WarmPoolStats, resolve_targets
 
 __all__ = ["KubeWarmPools"]
 
@@ -72,7 +73,7 @@ class KubeWarmPools:
         self._new_id = new_id
         self._claim_timeout = claim_timeout
         self._rs_path = f"/apis/apps/v1/namespaces/{settings.namespace}/replicasets"
-        self._figures = {name: PoolFigures(target) for name, target in resolved.items()}
+        self._figures = {name: PoolCounters(target) for name, target in resolved.items()}
         self._pods = PoolPods(api, settings.namespace, self._pods_changed)
         self._calls = PodCalls(api, settings.namespace)
         self._keeper = PoolKeeper(
@@ -110,16 +111,13 @@ class KubeWarmPools:
 
     def stats(self) -> dict[str, WarmPoolStats]:
         """Per template: target, warm-ready and starting pods (all replicas'), and this process's counters."""
-        pods = [p for p in self._pods.pods.values() if p.metadata.deletion_timestamp is None]
         now = time.monotonic()
-        return {
-            name: figures.stats(
-                ready=sum(p.template == name and p.warm_ready for p in pods),
-                starting=sum(p.template == name and WARM_READY_ANNOTATION not in p.metadata.annotations for p in pods),
-                now=now,
-            )
-            for name, figures in self._figures.items()
-        }
+        stats: dict[str, WarmPoolStats] = {}
+        for name, figures in self._figures.items():
+            pods = [p for p in self._pods.of(name).values() if p.metadata.deletion_timestamp is None]
+            starting = sum(WARM_READY_ANNOTATION not in p.metadata.annotations for p in pods)
+            stats[name] = figures.figures(ready=sum(p.warm_ready for p in pods), starting=starting, now=now)
+        return stats
 
     async def changed(self) -> None:
         """Return at the next change of any pool's figures: lets tests wait without sleeping."""
@@ -158,7 +156,7 @@ class KubeWarmPools:
 
     def _oldest_warm(self, template: str) -> WarmPod | None:
         """Oldest first: every warm pod is handed out within `target` claims of its warming."""
-        pods = [p for p in self._pods.pods.values() if p.template == template and p.warm_ready]
+        pods = [p for p in self._pods.of(template).values() if p.warm_ready]
         fresh = [p for p in pods if self._tried.get(p.name) != p.metadata.resource_version]
         return min(fresh, key=lambda p: p.age_key, default=None)
 
@@ -172,7 +170,7 @@ class KubeWarmPools:
         """Apply the claimer's init to the adopted pod's executor; a pod that fails it is deleted."""
         try:
             async with asyncio.timeout(self._claim_timeout):
-                sock = await connect(pod.status.pod_ip, EXECUTOR_PORT, self._claim_timeout)
+                sock = await connect(pod.status.pod_ip, EXECUTOR_PORT, self._claim_timeout, f"warm pod {pod.name}")
                 await post_init(sock, init, None)  # warm pods start without a token
         except (PoolError, TimeoutError) as exc:
             _log.warning("warm pod %s did not take its init, deleting it: %s", pod.name, exc)
@@ -189,8 +187,8 @@ class KubeWarmPools:
         return msgspec.structs.replace(init, default_user=user, default_workdir=None) if user else init
 
     def _pods_changed(self) -> None:
-        pods = self._pods.pods
-        self._tried = {name: version for name, version in self._tried.items() if name in pods}
+        names = {pod.name for pod in self._pods.every()}
+        self._tried = {name: version for name, version in self._tried.items() if name in names}
         self._keeper.wake()
         self._notify()
 

@@ -15,12 +15,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from pool._errors import PoolError, RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
+from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
 from pool._kube._pool_manifest import (
     CLAIMED_LABEL,
@@ -32,56 +32,17 @@ from pool._kube._pool_manifest import (
     warm_ready_patch,
     warming_patch,
 )
-from pool._kube._warm_pods import PodCalls, PoolPods, connect
+from pool._kube._warm_pods import PodCalls, PoolPods
 from pool._runtime import ExecutorInit, SandboxSpec
 from pool._template_start import Connect, bring_up
 from pool._templates import Template
-from pool._warm_state import WarmPoolStats
+from pool._warm_state import PoolCounters
 
-__all__ = ["PoolFigures", "PoolKeeper", "unwarmed"]
+__all__ = ["PoolKeeper", "unwarmed"]
 
 _log = logging.getLogger("pool.kubernetes.warm")
 _ORPHAN_SECONDS = 120.0  # a claimed pod that no ReplicaSet adopted within this is deleted
 _SWEEP_SECONDS = 30.0  # how often the keeper looks for such orphans
-_RATE_WINDOW = 60.0  # seconds of warmed pods that `refill_rate` averages over
-
-
-class PoolFigures:
-    """One template's target and this process's counters (claims on any replica, warming on the leader).
-
-    Touched on the event loop only: claims by `KubeWarmPools.claim`, the rest by the keeper's tasks.
-    """
-
-    __slots__ = ("claims", "discarded", "failures", "failures_in_row", "finished", "misses", "refilled", "retry_at",
-                 "target")  # fmt: skip
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.claims = self.misses = self.discarded = self.refilled = self.failures = self.failures_in_row = 0
-        self.retry_at = 0.0  # monotonic time before which no pod of this template is warmed (after failures)
-        self.finished: deque[float] = deque()  # monotonic times of pods warmed within `_RATE_WINDOW`
-
-    def warmed(self, now: float) -> None:
-        self.refilled += 1
-        self.failures_in_row = 0
-        self.finished.append(now)
-
-    def failed(self, now: float, first: float, longest: float) -> float:
-        """Count a failed warming and back off: `first` seconds, doubling per failure in a row, at most `longest`."""
-        self.failures += 1
-        self.failures_in_row += 1
-        delay = min(longest, first * 2.0 ** (self.failures_in_row - 1))
-        self.retry_at = now + delay
-        return delay
-
-    def stats(self, *, ready: int, starting: int, now: float) -> WarmPoolStats:
-        while self.finished and self.finished[0] < now - _RATE_WINDOW:
-            self.finished.popleft()
-        return WarmPoolStats(
-            target=self.target, ready=ready, starting=starting, claims=self.claims, misses=self.misses,
-            discarded=self.discarded, refilled=self.refilled, failures=self.failures,
-            refill_rate=len(self.finished) / _RATE_WINDOW,
-        )  # fmt: skip
 
 
 def unwarmed(pod: WarmPod) -> bool:
@@ -90,14 +51,18 @@ def unwarmed(pod: WarmPod) -> bool:
 
 
 class PoolKeeper:
-    """The pool ReplicaSets and their pods' warming, for the templates of `figures`; `run` on the leader only."""
+    """The pool ReplicaSets and their pods' warming, for the templates of `figures`; `run` on the leader only.
+
+    `figures` are this process's counters per template, touched on the event loop only: claims by
+    `KubeWarmPools.claim`, warming and its backoff by the keeper's tasks.
+    """
 
     def __init__(
         self,
         api: KubeApi,
         settings: KubeSettings,
         templates: Mapping[str, Template],
-        figures: Mapping[str, PoolFigures],
+        figures: Mapping[str, PoolCounters],
         pods: PoolPods,
         *,
         on_change: Callable[[], None],
@@ -191,8 +156,8 @@ class PoolKeeper:
 
     def _waiting(self) -> list[WarmPod]:
         """Ready pods of a known pool, not warm yet, that no task of this process works on."""
-        pods = self._pods.pods.values()
-        return [p for p in pods if p.template in self._figures and p.name not in self._busy and unwarmed(p)]
+        pods = [p for name in self._figures for p in self._pods.of(name).values()]
+        return [p for p in pods if p.name not in self._busy and unwarmed(p)]
 
     def _next_check_in(self) -> float:
         """Seconds until the next orphan sweep, backoff end or stale warming mark."""
@@ -214,7 +179,7 @@ class PoolKeeper:
         self._wanted.set()
         self._on_change()
 
-    async def _warm(self, pod: WarmPod, figures: PoolFigures) -> None:
+    async def _warm(self, pod: WarmPod, figures: PoolCounters) -> None:
         """Mark the pod as being warmed, run the template's start commands, wait for its ports, mark it ready."""
         template = self._templates[pod.template]
         try:
@@ -225,7 +190,7 @@ class PoolKeeper:
                 return  # another leader's now, or no longer Ready
             async with asyncio.timeout(self._warm_timeout):
                 spec = self._warm_spec(template)
-                await bring_up(self._connector(marked.status.pod_ip), spec, ports_timeout=self._settings.ports_timeout)
+                await bring_up(self._connector(marked), spec, ports_timeout=self._settings.ports_timeout)
             if await self._calls.patch(pod.name, warm_ready_patch()) is None:
                 return  # deleted meanwhile
         except (PoolError, TimeoutError) as exc:
@@ -239,7 +204,7 @@ class PoolKeeper:
             await asyncio.shield(self._calls.delete_quietly(pod.name))
             raise
         else:
-            figures.warmed(time.monotonic())
+            figures.refilled_at(time.monotonic())
 
     def _warm_spec(self, template: Template) -> SandboxSpec:
         """What `bring_up` needs for warming: the template's env, its user, and no access token."""
@@ -247,8 +212,9 @@ class PoolKeeper:
         init = ExecutorInit(env_vars=dict(template.env), default_user=template.user, default_workdir=workdir)
         return SandboxSpec(sandbox_id=template.name, template=template, init=init)
 
-    def _connector(self, ip: str) -> Connect:
-        return lambda port: connect(ip, port, self._settings.connect_wait)
+    def _connector(self, pod: WarmPod) -> Connect:
+        ip, what = pod.status.pod_ip, f"warm pod {pod.name}"
+        return lambda port: connect(ip, port, self._settings.connect_wait, what)
 
     async def _delete_stale(self, pod_name: str) -> None:
         _log.warning("warm pod %s was left half-warmed by an earlier leader: deleting it", pod_name)

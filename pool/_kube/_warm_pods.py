@@ -1,33 +1,27 @@
 """The pool pods of a namespace: a watch-fed cache of them, and the few calls the warm pools make on one.
 
-`PoolPods` keeps them as `_watch.ObjectWatch` keeps sandbox objects (which it groups by sandbox id: pool pods
-have none). Only its watch task (`_run`) replaces or mutates `pods`; it calls `on_change` after each change.
-A watch the apiserver ends is resumed from the last resourceVersion; an expired or failed one lists again.
+`PoolPods` is an `_watch.ObjectWatch` that groups the pool pods by their pool (template) rather than by
+sandbox id, which they have none of; its watch task calls `on_change` after each change.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from pool._errors import PortClosed, RuntimeFailure
+from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
-from pool._kube._manifest import WatchEvent
-from pool._kube._pool_manifest import MERGE_PATCH, WARM_SELECTOR, WarmPod, WarmPodList
+from pool._kube._calls import delete
+from pool._kube._pool_manifest import MERGE_PATCH, POOL_LABEL, WARM_SELECTOR, WarmPod, WarmPodList
+from pool._kube._watch import ObjectWatch
 
-__all__ = ["PodCalls", "PoolPods", "connect"]
+__all__ = ["PodCalls", "PoolPods"]
 
 _log = logging.getLogger("pool.kubernetes.warm")
 _CONFLICT_TRIES = 3  # patches of one pod under its resourceVersion before giving up on it
-_WATCH_SECONDS = "300"
-_RETRY = (0.2, 5.0)  # first and last delay between failed list/watch attempts
-_event = msgspec.json.Decoder(WatchEvent)
 _pod = msgspec.json.Decoder(WarmPod)
 _pod_list = msgspec.json.Decoder(WarmPodList)
 
@@ -70,10 +64,7 @@ class PodCalls:
     async def delete_quietly(self, name: str) -> None:
         """Delete a pod (its ReplicaSet replaces it, if it still has one); a failure is only logged."""
         try:
-            await self._api.call("DELETE", f"{self._path}/{name}")
-        except KubeApiError as exc:
-            if exc.status != 404:
-                _log.warning("could not delete pod %s: %s", name, exc)
+            await delete(self._api, f"{self._path}/{name}")
         except RuntimeFailure as exc:
             _log.warning("could not delete pod %s: %s", name, exc)
 
@@ -87,96 +78,21 @@ class PodCalls:
         return _pod.decode(answer)
 
 
-async def connect(ip: str, port: int, within: float) -> socket.socket:
-    """A connected, non-blocking TCP socket to `port` at a pod's IP."""
-    sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    try:
-        async with asyncio.timeout(within):
-            await asyncio.get_running_loop().sock_connect(sock, (ip, port))
-    except ConnectionRefusedError as exc:
-        sock.close()
-        raise PortClosed(f"nothing listens on port {port} of warm pod {ip}") from exc
-    except (OSError, TimeoutError) as exc:
-        sock.close()
-        raise RuntimeFailure(f"cannot connect to port {port} of warm pod {ip}: {exc!r}") from exc
-    return sock
-
-
-class PoolPods:
-    """The pool pods of one namespace by name (`pods`), kept current; `start` returns once the first list is in."""
+class PoolPods(ObjectWatch[WarmPod]):
+    """The pool pods of one namespace by pool (`of(template)`) and name, kept current; `start` returns once the
+    first list is in."""
 
     def __init__(self, api: KubeApi, namespace: str, on_change: Callable[[], None]) -> None:
-        self._api = api
-        self._path = f"/api/v1/namespaces/{namespace}/pods"
-        self._on_change = on_change
-        self.pods: dict[str, WarmPod] = {}
-        self._synced = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(
+            api,
+            f"/api/v1/namespaces/{namespace}/pods",
+            WARM_SELECTOR,
+            item=_pod,
+            listing=_pod_list,
+            group_by=POOL_LABEL,
+            on_change=on_change,
+        )
 
-    async def start(self, within: float | None) -> None:
-        """Start watching (once) and return once the first list is in; RuntimeFailure after `within` seconds."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="kubernetes warm pod watch")
-        try:
-            async with asyncio.timeout(within):
-                await self._synced.wait()
-        except TimeoutError as exc:
-            raise RuntimeFailure(f"could not list the warm pods within {within:g} s") from exc
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        delay = _RETRY[0]
-        while True:
-            try:
-                version = await self._list()
-                delay = _RETRY[0]
-                while True:
-                    version = await self._watch(version)
-            except _Expired:
-                continue
-            except RuntimeFailure as exc:
-                _log.warning("the warm pod watch failed (retrying in %.1f s): %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY[1])
-
-    async def _list(self) -> str:
-        listed = _pod_list.decode(await self._api.call("GET", self._path, params={"labelSelector": WARM_SELECTOR}))
-        self.pods = {pod.name: pod for pod in listed.items}
-        self._synced.set()
-        self._on_change()
-        return listed.metadata.resource_version
-
-    async def _watch(self, version: str) -> str:
-        """Apply one watch stream's events; the resourceVersion to resume from."""
-        params = {"labelSelector": WARM_SELECTOR, "resourceVersion": version, "timeoutSeconds": _WATCH_SECONDS}
-        try:
-            async for line in self._api.watch(self._path, params):
-                event = _event.decode(line)
-                if event.type == "ERROR":
-                    raise _Expired  # in practice 410 Gone; anything else is answered by a fresh list too
-                pod = _pod.decode(event.object)
-                version = pod.metadata.resource_version or version
-                if event.type == "BOOKMARK":
-                    continue
-                if event.type == "DELETED":  # deleted, or claimed: out of the selector
-                    self.pods.pop(pod.name, None)
-                else:
-                    self.pods[pod.name] = pod
-                self._on_change()
-        except KubeApiError as exc:
-            if exc.status == 410:
-                raise _Expired from exc
-            raise
-        except msgspec.DecodeError as exc:
-            raise RuntimeFailure(f"the warm pod watch sent an event that is not a pod: {exc}") from exc
-        return version
-
-
-class _Expired(Exception):
-    """The watch's resourceVersion is too old: list again."""
+    def every(self) -> list[WarmPod]:
+        """Every pool pod, of any pool."""
+        return [pod for _, pods in self.groups() for pod in pods.values()]
