@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+from types import FrameType
 
 import uvicorn
 import uvloop
@@ -41,21 +43,43 @@ async def _bootstrap_key(settings: ServeSettings, platform: Platform) -> None:
     print(f"agent-sandbox: created API key {created} (saved to {path}; it is not shown again)", flush=True)
 
 
-async def _serve(settings: ServeSettings) -> None:
+class _Server(uvicorn.Server):
+    """uvicorn, except that the signal that stopped it is raised again only once `serve` has closed the platform.
+
+    uvicorn re-raises it as soon as its own shutdown is over, which ends the process before `open_platform` can
+    release the leader lease, stop the warm pools and close the stores.
+    """
+
+    stopped_by: int | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.stopped_by = sig
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C: stop waiting for connections
+        self.should_exit = True
+
+
+async def _serve(settings: ServeSettings) -> int | None:
+    """Serve until a signal; the signal (None if the server stopped on its own)."""
     async with open_platform(settings) as platform:
         await _bootstrap_key(settings, platform)
-        server = uvicorn.Server(_config(settings, create_app(platform)))
+        server = _Server(_config(settings, create_app(platform)))
         _log.info(
             "serving on http://%s:%d (sandboxes at <port>-<id>.%s)", settings.host, settings.port, settings.domain
         )
         await server.serve()  # returns after SIGTERM/SIGINT and a graceful shutdown
+    _log.info("stopped: everything the server opened is closed")
+    return server.stopped_by
 
 
 def serve(settings: ServeSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # httpx logs every request at INFO: on Kubernetes that is every API call, lease renewals included.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    uvloop.run(_serve(settings))
+    stopped_by = uvloop.run(_serve(settings))
+    if stopped_by is not None:  # end with the conventional status of that signal
+        signal.signal(stopped_by, signal.SIG_DFL)
+        signal.raise_signal(stopped_by)
 
 
 async def _cleanup(settings: ServeSettings) -> None:

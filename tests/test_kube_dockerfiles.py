@@ -75,6 +75,8 @@ def test_gateway_image_runs_unprivileged_as_install_yaml_expects() -> None:
     commands = _commands(DEPLOY / "Dockerfile.gateway")
     assert next(c for c in commands if c.cmd == "USER").value == ("10001:10001",)
     assert next(c for c in commands if c.cmd == "ENTRYPOINT").value == ("agent-sandbox",)
+    # Its default command serves on a cluster: the local runtime needs root, which the image is not.
+    assert next(c for c in commands if c.cmd == "CMD").value[:3] == ("serve", "--runtime", "kubernetes")
     install = (REPO / "install.yaml").read_text()
     assert "runAsUser: 10001" in install
     assert "readOnlyRootFilesystem: true" in install

@@ -1,29 +1,41 @@
 """`install.yaml`: valid against the Kubernetes schemas, applied for real, and its RBAC checked for real.
 
 The gateway's ServiceAccount gets a token through the TokenRequest API, and every right is checked with
-that token: SelfSubjectAccessReviews for the whole table of what the gateway needs and must not have, then
-real calls for each kind of object. The install goes to a namespace of its own, the RoleBinding's subject
-namespace edited as the file's header says.
+that token: SelfSubjectAccessReviews for the whole table of what the gateway needs and must not have, real
+calls for each kind of object, and finally the gateway itself (`serve` with the Deployment's args and the
+config ConfigMap's environment) on a kubeconfig holding that token alone, driven by the E2B SDK through
+create, command, pause (snapshot to zero) and resume, and kill. Each install goes to a namespace of its own,
+the RoleBinding's subject namespace edited as the file's header says.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
+import json
+import os
+import re
 import secrets
+import signal
 import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only safe_load_all is used
+from e2b import Sandbox
 
+from pool import load_templates
 from pool._kube_dev._convention import is_sandbox_image
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, wait_for
-from tests.server_fixtures import REPO
+from tests.server_fixtures import REPO, free_port
 
 kube = kube_fixtures.kube  # the session's cluster (pytest finds fixtures by the names a module binds)
 
@@ -33,6 +45,24 @@ INSTALL = REPO / "install.yaml"
 GATEWAY_SA = "agent-sandbox-gateway"
 SUBJECT_LINE = "    namespace: agent-sandbox  # the install namespace: change it with the namespace\n"
 JSON_PATCH = {"Content-Type": "application/merge-patch+json"}
+ROLE = "agent-sandbox.dev/role"
+WARM_READY = "agent-sandbox.dev/warm-ready"
+
+
+def _documents() -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(INSTALL.read_text()) if doc]
+
+
+def _object(kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in _documents() if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"install.yaml has {len(found)} {kind} {name}"
+    return found[0]
+
+
+def _gateway_container() -> dict[str, Any]:
+    pod = _object("Deployment", "agent-sandbox-gateway")["spec"]["template"]["spec"]
+    container: dict[str, Any] = pod["containers"][0]
+    return container
 
 
 def _schema_versions() -> list[str]:
@@ -56,8 +86,51 @@ def test_install_yaml_is_valid_against_the_kubernetes_schemas(version: str) -> N
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def installed(kube: Kube) -> Iterator[str]:
+def test_config_keys_and_deployment_args_are_flags_of_serve() -> None:
+    """Each AGENT_SANDBOX_<NAME> of the config ConfigMap is read by `serve` as `--<name>`, and each flag the
+    Deployment passes exists (`serve --help` lists them all)."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    flags = set(re.findall(r"--[a-z][a-z0-9-]*", shown))
+    config = _object("ConfigMap", "agent-sandbox-config")["data"]
+    assert config
+    for key in config:
+        assert key.startswith("AGENT_SANDBOX_"), key
+        assert "--" + key.removeprefix("AGENT_SANDBOX_").lower().replace("_", "-") in flags, f"{key}: no such flag"
+    args = _gateway_container()["args"]
+    assert args[0] == "serve"
+    assert {arg for arg in args if arg.startswith("--")} <= flags
+
+
+def test_templates_configmap_matches_the_repository_templates(tmp_path: Path) -> None:
+    """The ConfigMap's templates are the repository's plus `image`, which names a sandbox image; and they load."""
+    data: dict[str, str] = _object("ConfigMap", "agent-sandbox-templates")["data"]
+    assert sorted(data) == sorted(p.name for p in (REPO / "templates").glob("*.toml"))
+    for name, text in data.items():
+        template = tomllib.loads(text)
+        image = template.pop("image")
+        stem = name.removesuffix(".toml").removeprefix("sandbox-")
+        assert image.startswith(f"agent-sandbox/sandbox-{stem}:")
+        assert is_sandbox_image(image)
+        assert template == tomllib.loads((REPO / "templates" / name).read_text()), name
+    loaded = load_templates(_write_templates(tmp_path))
+    shipped = load_templates(REPO / "templates")
+    assert {name: msgspec.structs.replace(t, image="") for name, t in loaded.items()} == shipped
+    assert all(is_sandbox_image(t.image) for t in loaded.values())
+
+
+def _write_templates(directory: Path) -> Path:
+    """The templates ConfigMap's files in `directory`/templates, as its volume mount shows them to the gateway."""
+    templates = directory / "templates"
+    templates.mkdir()
+    for name, text in _object("ConfigMap", "agent-sandbox-templates")["data"].items():
+        (templates / name).write_text(text)
+    return templates
+
+
+@contextlib.contextmanager
+def _install(kube: Kube) -> Iterator[str]:
     """`kubectl create namespace NS && kubectl apply -n NS -f install.yaml`; the namespace."""
     namespace = f"agent-sandbox-{secrets.token_hex(3)}"
     text = INSTALL.read_text()
@@ -70,13 +143,19 @@ def installed(kube: Kube) -> Iterator[str]:
         kube.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
+@pytest.fixture(scope="module")
+def installed(kube: Kube) -> Iterator[str]:
+    with _install(kube) as namespace:
+        yield namespace
+
+
 def _in_namespace(text: str, namespace: str) -> str:
     return text.replace(SUBJECT_LINE, SUBJECT_LINE.replace("agent-sandbox ", f"{namespace} ", 1))
 
 
 def _token(kube: Kube, namespace: str, account: str) -> str:
     """A token for the ServiceAccount from the TokenRequest API, as the kubelet gets one for a pod."""
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 900}}
     with kube.client() as admin:
         response = admin.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", json=request)
     response.raise_for_status()
@@ -103,17 +182,17 @@ def _rule(verb: str, group: str, resource: str, subresource: str = "", name: str
     return {"verb": verb, "group": group, "resource": resource, "subresource": subresource, "name": name}
 
 
-NEEDED = [
-    *(_rule(v, "apps", "replicasets") for v in ("get", "list", "watch", "create", "update", "patch", "delete")),
-    *(_rule(v, "apps", "replicasets", "scale") for v in ("get", "update", "patch")),
-    _rule("update", "apps", "replicasets", "finalizers"),
+NEEDED = [  # every verb the gateway's code sends (grep `api.call(` and `api.watch(`), and no other
+    *(_rule(v, "apps", "replicasets") for v in ("get", "list", "watch", "create", "patch", "delete")),
+    _rule("update", "apps", "replicasets", "finalizers"),  # blockOwnerDeletion on archive Secrets
     *(_rule(v, "", "pods") for v in ("get", "list", "watch", "patch", "delete")),
-    *(_rule(v, "", "configmaps") for v in ("get", "list", "watch", "create", "update", "patch", "delete")),
-    *(_rule(v, "coordination.k8s.io", "leases") for v in ("get", "list", "watch", "create", "update", "delete")),
-    *(_rule(v, "", "persistentvolumeclaims") for v in ("get", "list", "watch", "create", "patch", "delete")),
-    *(_rule(v, "", "secrets", name="agent-sandbox-api-key") for v in ("get", "update", "patch")),
-    _rule("create", "", "events"),
-    _rule("patch", "", "events"),
+    *(_rule(v, "", "secrets") for v in ("list", "create")),
+    *(_rule(v, "", "secrets", name="sandbox-abc-record") for v in ("get", "update", "delete")),
+    *(_rule(v, "", "secrets", name="sandbox-abc-archive-0") for v in ("get", "delete")),
+    *(_rule(v, "", "secrets", name="agent-sandbox-keys") for v in ("get", "update")),
+    *(_rule(v, "", "secrets", name="agent-sandbox-api-key") for v in ("get", "patch")),
+    _rule("create", "coordination.k8s.io", "leases"),
+    *(_rule(v, "coordination.k8s.io", "leases", name="agent-sandbox-leader") for v in ("get", "update")),
 ]
 
 DENIED_HERE = [
@@ -121,13 +200,32 @@ DENIED_HERE = [
     _rule("get", "", "pods", "exec"),
     _rule("create", "", "pods", "attach"),
     _rule("create", "", "pods", "portforward"),
+    _rule("create", "", "pods", "eviction"),
     _rule("get", "", "pods", "log"),
     _rule("create", "", "pods"),
+    _rule("update", "", "pods"),
     _rule("update", "", "pods", "status"),
-    _rule("list", "", "secrets"),
-    _rule("get", "", "secrets", name="some-other-secret"),
-    _rule("create", "", "secrets"),
-    _rule("delete", "", "secrets", name="agent-sandbox-api-key"),
+    _rule("deletecollection", "", "pods"),
+    _rule("update", "apps", "replicasets"),
+    _rule("update", "apps", "replicasets", "scale"),
+    _rule("patch", "apps", "replicasets", "scale"),
+    _rule("update", "apps", "replicasets", "status"),
+    _rule("deletecollection", "apps", "replicasets"),
+    _rule("watch", "", "secrets"),
+    _rule("patch", "", "secrets", name="sandbox-abc-record"),
+    _rule("patch", "", "secrets", name="agent-sandbox-tls"),
+    _rule("deletecollection", "", "secrets"),
+    _rule("list", "coordination.k8s.io", "leases"),
+    _rule("get", "coordination.k8s.io", "leases", name="some-other-lease"),
+    _rule("update", "coordination.k8s.io", "leases", name="some-other-lease"),
+    _rule("patch", "coordination.k8s.io", "leases", name="agent-sandbox-leader"),
+    _rule("delete", "coordination.k8s.io", "leases", name="agent-sandbox-leader"),
+    _rule("get", "", "configmaps", name="agent-sandbox-templates"),
+    _rule("list", "", "configmaps"),
+    _rule("create", "", "configmaps"),
+    _rule("create", "", "persistentvolumeclaims"),
+    _rule("get", "", "persistentvolumeclaims"),
+    _rule("create", "", "events"),
     _rule("create", "", "serviceaccounts", "token"),
     _rule("create", "", "services"),
     _rule("create", "apps", "deployments"),
@@ -136,15 +234,19 @@ DENIED_HERE = [
     _rule("create", "rbac.authorization.k8s.io", "rolebindings"),
     _rule("update", "rbac.authorization.k8s.io", "roles", name="agent-sandbox-gateway"),
     _rule("create", "networking.k8s.io", "networkpolicies"),
-    _rule("deletecollection", "", "pods"),
 ]
 
 DENIED_ELSEWHERE = [  # (namespace, rule): other namespaces, all namespaces (""), and cluster-scoped objects
     ("default", _rule("list", "", "pods")),
     ("default", _rule("create", "apps", "replicasets")),
+    ("default", _rule("create", "", "secrets")),
+    ("default", _rule("list", "", "secrets")),
     ("kube-system", _rule("get", "", "configmaps")),
     ("kube-system", _rule("get", "", "secrets", name="agent-sandbox-api-key")),
+    ("kube-system", _rule("get", "coordination.k8s.io", "leases", name="agent-sandbox-leader")),
     ("", _rule("list", "", "pods")),
+    ("", _rule("list", "", "secrets")),
+    ("", _rule("list", "apps", "replicasets")),
     ("", _rule("list", "", "nodes")),
     ("", _rule("list", "", "namespaces")),
     ("", _rule("list", "", "persistentvolumes")),
@@ -181,76 +283,103 @@ def test_gateway_account_has_no_rights_elsewhere(gateway: httpx.Client, namespac
 
 def test_gateway_token_works_for_real_on_every_kind_it_uses(gateway: httpx.Client, installed: str) -> None:
     ns = f"/api/v1/namespaces/{installed}"
-    _exercise_configmaps_and_events(gateway, ns)
     _exercise_leases(gateway, f"/apis/coordination.k8s.io/v1/namespaces/{installed}/leases")
-    pod = _exercise_replicasets_and_pods(gateway, installed)
-    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    pvc = gateway.post(f"{ns}/persistentvolumeclaims", json={"metadata": {"name": "sbx-fs"}, "spec": claim})
-    assert pvc.status_code == 201, pvc.text
-    assert gateway.delete(f"{ns}/persistentvolumeclaims/sbx-fs").status_code == 200
+    sets = f"/apis/apps/v1/namespaces/{installed}/replicasets"
+    owner = _exercise_replicasets_and_pods(gateway, installed)
+    _exercise_secrets(gateway, ns, owner)
+    assert gateway.delete(f"{sets}/sandbox-rbac1", params={"propagationPolicy": "Background"}).status_code == 200
 
-    assert gateway.post(f"{ns}/pods/{pod}/exec", params={"command": "id", "stdout": "true"}).status_code == 403
+    pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}}
+    assert gateway.post(f"{ns}/pods", json=pod).status_code == 403
+    assert gateway.get(f"{ns}/configmaps/agent-sandbox-templates").status_code == 403
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    assert (
+        gateway.post(f"{ns}/persistentvolumeclaims", json={"metadata": {"name": "fs"}, "spec": claim}).status_code
+        == 403
+    )
+    assert gateway.get(f"{ns}/secrets", params={"watch": "1", "timeoutSeconds": "1"}).status_code == 403
     assert gateway.get("/api/v1/nodes").status_code == 403
     assert gateway.get("/api/v1/namespaces/default/pods").status_code == 403
-    assert gateway.get(f"{ns}/secrets").status_code == 403
-    assert gateway.post(f"{ns}/pods", json={"metadata": {"name": "x"}, "spec": {}}).status_code == 403
-
-
-def _exercise_configmaps_and_events(client: httpx.Client, ns: str) -> None:
-    created = client.post(f"{ns}/configmaps", json={"metadata": {"name": "sbx-state"}, "data": {"a": "1"}})
-    assert created.status_code == 201, created.text
-    patch = {"data": {"a": "2"}}
-    assert client.patch(f"{ns}/configmaps/sbx-state", json=patch, headers=JSON_PATCH).status_code == 200
-    assert client.get(f"{ns}/configmaps", params={"watch": "1", "timeoutSeconds": "1"}).status_code == 200
-    assert client.get(f"{ns}/configmaps/agent-sandbox-templates").json()["data"]
-    event = {
-        "metadata": {"generateName": "sbx-"},
-        "involvedObject": {"kind": "ConfigMap", "name": "sbx-state", "namespace": ns.rsplit("/", 1)[1]},
-        "reason": "Paused", "message": "sandbox paused", "type": "Normal", "source": {"component": "agent-sandbox"},
-    }  # fmt: skip
-    assert client.post(f"{ns}/events", json=event).status_code == 201
-    assert client.delete(f"{ns}/configmaps/sbx-state").status_code == 200
+    assert gateway.get("/api/v1/namespaces/default/secrets").status_code == 403
 
 
 def _exercise_leases(client: httpx.Client, leases: str) -> None:
+    """As `pool._kube._leader`: create, read, renew under the resourceVersion; a stale write loses with 409."""
     lease = {"metadata": {"name": "agent-sandbox-leader"},
              "spec": {"holderIdentity": "gateway-a", "leaseDurationSeconds": 15}}  # fmt: skip
     created = client.post(leases, json=lease)
     assert created.status_code == 201, created.text
+    assert client.get(f"{leases}/agent-sandbox-leader").json()["spec"]["holderIdentity"] == "gateway-a"
     renewed = created.json()
     renewed["spec"]["holderIdentity"] = "gateway-b"
     assert client.put(f"{leases}/agent-sandbox-leader", json=renewed).status_code == 200
     stale = client.put(f"{leases}/agent-sandbox-leader", json=created.json())
     assert stale.status_code == 409  # a replica that lost the race learns it from the resourceVersion
-    assert client.delete(f"{leases}/agent-sandbox-leader").status_code == 200
+    assert client.delete(f"{leases}/agent-sandbox-leader").status_code == 403
+    assert client.get(leases).status_code == 403
 
 
-def _exercise_replicasets_and_pods(client: httpx.Client, namespace: str) -> str:
-    """Create a sandbox-like ReplicaSet at 0, scale it to 1, claim its pod by re-labelling; the pod's name."""
-    labels = {"agent-sandbox.dev/sandbox": "rbac1"}
+def _exercise_replicasets_and_pods(client: httpx.Client, namespace: str) -> dict[str, Any]:
+    """Create a sandbox-like ReplicaSet at 0, patch it to 1, claim its pod as a warm-pool claim does (labels
+    and ownerReferences under the resourceVersion), delete the pod; the ReplicaSet as last read."""
+    labels = {"agent-sandbox.dev/sandbox-id": "rbac1"}
     container = {"name": "executor", "image": "agent-sandbox/gateway:not-runnable"}  # stays Waiting, runs nothing
     template = {"metadata": {"labels": labels}, "spec": {"containers": [container]}}
-    replicaset = {"metadata": {"name": "sbx-rbac1", "labels": labels},
+    replicaset = {"metadata": {"name": "sandbox-rbac1", "labels": labels},
                   "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": template}}  # fmt: skip
     sets = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
     assert client.post(sets, json=replicaset).status_code == 201
+    scale = {"metadata": {"annotations": {"agent-sandbox.dev/snapshot": None}}, "spec": {"replicas": 1}}
+    assert client.patch(f"{sets}/sandbox-rbac1", json=scale, headers=JSON_PATCH).status_code == 200
+    assert client.get(sets, params={"watch": "1", "timeoutSeconds": "1"}).status_code == 200
     assert (
-        client.patch(f"{sets}/sbx-rbac1/scale", json={"spec": {"replicas": 1}}, headers=JSON_PATCH).status_code == 200
+        client.patch(f"{sets}/sandbox-rbac1/scale", json={"spec": {"replicas": 1}}, headers=JSON_PATCH).status_code
+        == 403
     )
-    assert client.get(f"{sets}/sbx-rbac1/scale").json()["spec"]["replicas"] == 1
-    annotate = {"metadata": {"annotations": {"agent-sandbox.dev/state": "running"}}}
-    assert client.patch(f"{sets}/sbx-rbac1", json=annotate, headers=JSON_PATCH).status_code == 200
 
     pods = f"/api/v1/namespaces/{namespace}/pods"
-    selector = {"labelSelector": "agent-sandbox.dev/sandbox=rbac1"}
+    selector = {"labelSelector": "agent-sandbox.dev/sandbox-id=rbac1"}
     pod = wait_for(lambda: client.get(pods, params=selector).json()["items"], what="the ReplicaSet's pod")[0]
     name = pod["metadata"]["name"]
     assert client.get(pods, params={**selector, "watch": "1", "timeoutSeconds": "1"}).status_code == 200
-    relabel = {"metadata": {"labels": {"agent-sandbox.dev/sandbox": "claimed"}}}
-    assert client.patch(f"{pods}/{name}", json=relabel, headers=JSON_PATCH).status_code == 200
+    claim = {"metadata": {"resourceVersion": pod["metadata"]["resourceVersion"], "ownerReferences": None,
+                          "labels": {"agent-sandbox.dev/sandbox-id": "claimed"}}}  # fmt: skip
+    assert client.patch(f"{pods}/{name}", json=claim, headers=JSON_PATCH).status_code == 200
+    assert client.patch(f"{pods}/{name}", json=claim, headers=JSON_PATCH).status_code == 409  # claimed already
     assert client.delete(f"{pods}/{name}").status_code == 200
-    assert client.delete(f"{sets}/sbx-rbac1").status_code == 200
-    return str(name)
+    found: dict[str, Any] = client.get(f"{sets}/sandbox-rbac1").json()
+    return found
+
+
+def _exercise_secrets(client: httpx.Client, ns: str, owner: dict[str, Any]) -> None:
+    """As `activator._kube_store` and `pool._kube._archive`: a record created, listed by label, replaced under
+    its resourceVersion and deleted under a precondition; an archive chunk owned by the sandbox's ReplicaSet."""
+    path = f"{ns}/secrets"
+    record = {"metadata": {"name": "sandbox-rbac1-record", "labels": {ROLE: "sandbox-record"}},
+              "type": "agent-sandbox.dev/record", "data": {"record": _b64("{}")}}  # fmt: skip
+    created = client.post(path, json=record)
+    assert created.status_code == 201, created.text
+    listed = client.get(path, params={"labelSelector": f"{ROLE}=sandbox-record"}).json()["items"]
+    assert [s["metadata"]["name"] for s in listed] == ["sandbox-rbac1-record"]
+    replaced = client.put(f"{path}/sandbox-rbac1-record", json={**created.json(), "data": {"record": _b64("[]")}})
+    assert replaced.status_code == 200
+    assert client.put(f"{path}/sandbox-rbac1-record", json=created.json()).status_code == 409
+    assert client.patch(f"{path}/sandbox-rbac1-record", json={"data": {}}, headers=JSON_PATCH).status_code == 403
+    precondition = {"kind": "DeleteOptions", "apiVersion": "v1",
+                    "preconditions": {"resourceVersion": replaced.json()["metadata"]["resourceVersion"]}}  # fmt: skip
+    assert client.request("DELETE", f"{path}/sandbox-rbac1-record", json=precondition).status_code == 200
+
+    reference = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner["metadata"]["name"],
+                 "uid": owner["metadata"]["uid"], "controller": False, "blockOwnerDeletion": True}  # fmt: skip
+    chunk = {"metadata": {"name": "sandbox-rbac1-archive-0", "labels": {ROLE: "sandbox-archive"},
+                          "ownerReferences": [reference]}, "data": {"archive": _b64("tar.gz")}}  # fmt: skip
+    assert client.post(path, json=chunk).status_code == 201
+    assert client.get(f"{path}/sandbox-rbac1-archive-0").json()["data"]["archive"] == _b64("tar.gz")
+    assert client.delete(f"{path}/sandbox-rbac1-archive-0").status_code == 200
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def test_api_key_secret_is_empty_filled_once_and_kept_by_reapply(
@@ -262,10 +391,11 @@ def test_api_key_secret_is_empty_filled_once_and_kept_by_reapply(
     assert not empty.json().get("data"), "install.yaml must ship no API key"
 
     key = "e2b_" + secrets.token_hex(16)
-    filled = {**empty.json(), "data": {"api-key": base64.b64encode(key.encode()).decode()}}
-    assert gateway.put(path, json=filled).status_code == 200
-    racing = {**empty.json(), "data": {"api-key": base64.b64encode(b"e2b_" + b"0" * 32).decode()}}
-    assert gateway.put(path, json=racing).status_code == 409  # the second replica keeps the first one's key
+    version = empty.json()["metadata"]["resourceVersion"]
+    filled = {"metadata": {"resourceVersion": version}, "data": {"api-key": _b64(key)}}  # as `gateway._key_secret`
+    assert gateway.patch(path, json=filled, headers=JSON_PATCH).status_code == 200
+    racing = {"metadata": {"resourceVersion": version}, "data": {"api-key": _b64("e2b_" + "0" * 32)}}
+    assert gateway.patch(path, json=racing, headers=JSON_PATCH).status_code == 409  # the first replica's key stays
 
     output = kube.kubectl("apply", "-n", installed, "-f", "-", input=_in_namespace(INSTALL.read_text(), installed))
     assert "secret/agent-sandbox-api-key unchanged" in output or "secret/agent-sandbox-api-key configured" in output
@@ -288,6 +418,7 @@ def test_gateway_deployment_is_hardened_and_replicated(kube: Kube, installed: st
     assert spec["replicas"] >= 2
     assert pod["serviceAccountName"] == GATEWAY_SA
     assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
@@ -298,6 +429,9 @@ def test_gateway_deployment_is_hardened_and_replicated(kube: Kube, installed: st
     assert container["resources"]["limits"]
     assert container["args"][:7] == ["serve", "--runtime", "kubernetes", "--namespace", "$(POD_NAMESPACE)",
                                      "--redis-url", "redis://agent-sandbox-redis:6379"]  # fmt: skip
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}  # POD_NAME: the replica id
+    assert container["envFrom"] == [{"configMapRef": {"name": "agent-sandbox-config"}}]
 
 
 def test_sandbox_account_has_no_rights_and_no_token_mounted(kube: Kube, installed: str) -> None:
@@ -305,20 +439,137 @@ def test_sandbox_account_has_no_rights_and_no_token_mounted(kube: Kube, installe
         account = admin.get(f"/api/v1/namespaces/{installed}/serviceaccounts/agent-sandbox-sandbox").json()
     assert account["automountServiceAccountToken"] is False
     with kube.client(_token(kube, installed, "agent-sandbox-sandbox")) as sandbox:
-        for rule in (_rule("list", "", "pods"), _rule("get", "", "configmaps"), _rule("get", "", "secrets")):
+        for rule in (_rule("list", "", "pods"), _rule("get", "", "configmaps"), _rule("get", "", "secrets"),
+                     _rule("list", "", "secrets"), _rule("get", "coordination.k8s.io", "leases")):  # fmt: skip
             assert not _allowed(sandbox, {"namespace": installed, **rule})
 
 
-def test_templates_configmap_matches_the_repository_templates(kube: Kube, installed: str) -> None:
-    with kube.client() as admin:
-        data: dict[str, Any] = admin.get(f"/api/v1/namespaces/{installed}/configmaps/agent-sandbox-templates").json()[
-            "data"
-        ]
-    assert sorted(data) == sorted(p.name for p in (REPO / "templates").glob("*.toml"))
-    for name, text in data.items():
-        template = tomllib.loads(text)
-        image = template.pop("image")
-        stem = name.removesuffix(".toml").removeprefix("sandbox-")
-        assert image.startswith(f"agent-sandbox/sandbox-{stem}:")
-        assert is_sandbox_image(image)
-        assert template == tomllib.loads((REPO / "templates" / name).read_text()), name
+# The gateway for real, on the ServiceAccount's token alone -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gateway_namespace(kube: Kube) -> Iterator[str]:
+    """An install of its own: the gateway fills in its empty API-key Secret."""
+    with _install(kube) as namespace:
+        yield namespace
+
+
+def _service_account_kubeconfig(kube: Kube, namespace: str, directory: Path) -> Path:
+    """A kubeconfig whose only credential is a token of the gateway's ServiceAccount."""
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "gateway",
+        "clusters": [{"name": "dev", "cluster": {"server": kube.layout.server,
+                                                 "certificate-authority": str(kube.layout.pki / "ca.crt")}}],
+        "users": [{"name": GATEWAY_SA, "user": {"token": _token(kube, namespace, GATEWAY_SA)}}],
+        "contexts": [{"name": "gateway", "context": {"cluster": "dev", "user": GATEWAY_SA, "namespace": namespace}}],
+    }  # fmt: skip
+    path = directory / "kubeconfig"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def _gateway_argv(namespace: str, port: int, kubeconfig: Path, directory: Path) -> list[str]:
+    """The Deployment's args, for this machine: no Redis (one replica), its namespace, a local port, the templates
+    ConfigMap's files; plus the dev cluster's needs (a kubeconfig instead of the pod's account, root sandboxes), a
+    warm pod (its pool's ReplicaSet, warming and claim are calls too) and a lease renewed every second."""
+    args = list(_gateway_container()["args"])
+    at = args.index("--redis-url")
+    del args[at : at + 2]
+    here = {"$(POD_NAMESPACE)": namespace, "0.0.0.0": "127.0.0.1", "3000": str(port),
+            "/etc/agent-sandbox/templates": str(_write_templates(directory))}  # fmt: skip
+    assert set(here) <= set(args), args
+    return [
+        sys.executable, "-m", "gateway", *(here.get(arg, arg) for arg in args),
+        "--kubeconfig", str(kubeconfig),
+        "--kube-sandbox-user", "root", "--data-dir", str(directory / "data"), "--warm", "base=1",
+        "--lease-duration", "3",
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _serving(argv: list[str], env: dict[str, str], log: Path, url: str) -> Iterator[None]:
+    """Run the gateway until the block ends (`tests.server_fixtures.running_server` wants the key in the data
+    directory; here it is in the Secret)."""
+    with log.open("w") as out:
+        process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+
+            def healthy() -> bool:
+                if process.poll() is not None:
+                    pytest.fail(f"the gateway exited with {process.returncode}:\n{log.read_text()}")
+                with contextlib.suppress(httpx.TransportError):
+                    return httpx.get(f"{url}/health", timeout=1).status_code == 200
+                return False
+
+            wait_for(healthy, what="the gateway to answer /health", timeout=90)
+            yield
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _warm_ready_pods(admin: httpx.Client, ns: str) -> list[str]:
+    pods = admin.get(f"{ns}/pods", params={"labelSelector": f"{ROLE}=warm"}).json()["items"]
+    return [p["metadata"]["name"] for p in pods if p["metadata"].get("annotations", {}).get(WARM_READY) == "true"]
+
+
+def _renewed_by(lease: dict[str, Any], holder: str) -> bool:
+    spec = lease["spec"]
+    return bool(spec["holderIdentity"] == holder and spec["renewTime"] != spec["acquireTime"])
+
+
+@pytest.mark.timeout(300)
+def test_the_gateway_runs_on_its_service_account_alone(
+    kube: Kube, gateway_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call `serve --runtime kubernetes` makes for a sandbox's life (API key, records, leader lease, a warm
+    pool and the claim of its pod, the sandbox's ReplicaSet, the snapshot's archive Secrets, resume, kill) passes
+    this Role: nothing is forbidden."""
+    namespace, port = gateway_namespace, free_port()
+    url = f"http://127.0.0.1:{port}"
+    kubeconfig = _service_account_kubeconfig(kube, namespace, tmp_path)
+    config = _object("ConfigMap", "agent-sandbox-config")["data"]  # envFrom, as in the Deployment
+    env = {**os.environ, **config, "POD_NAMESPACE": namespace, "POD_NAME": "agent-sandbox-gateway-0",
+           "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    log = tmp_path / "gateway.log"
+    with kube.client() as admin, _serving(_gateway_argv(namespace, port, kubeconfig, tmp_path), env, log, url):
+        ns, sets = f"/api/v1/namespaces/{namespace}", f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+        stored = admin.get(f"{ns}/secrets/{config['AGENT_SANDBOX_API_KEY_SECRET']}").json()["data"]["api-key"]
+        key = base64.b64decode(stored).decode()
+        assert re.fullmatch(r"e2b_[0-9a-f]{32}", key)
+        for name, value in {"E2B_API_KEY": key, "E2B_API_URL": url, "E2B_SANDBOX_URL": url}.items():
+            monkeypatch.setenv(name, value)
+
+        wait_for(lambda: _warm_ready_pods(admin, ns), what="a warm pod of template base", timeout=90)
+        sbx = Sandbox.create(timeout=120)
+        try:
+            selector = {"labelSelector": f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}"}
+            [pod] = admin.get(f"{ns}/pods", params=selector).json()["items"]
+            assert pod["metadata"]["labels"]["agent-sandbox.dev/claimed-from"] == "base"  # the warm pod, claimed
+            assert sbx.commands.run("echo hello; id -un").stdout.split() == ["hello", "root"]
+            workdir = sbx.commands.run("pwd").stdout.strip()
+            sbx.files.write(f"{workdir}/kept.txt", "survives the snapshot")
+            pod_spec = admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").json()["spec"]["template"]["spec"]
+            assert pod_spec["automountServiceAccountToken"] is False
+
+            assert sbx.pause()
+            assert admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").json()["spec"]["replicas"] == 0
+            archive = {"labelSelector": f"{ROLE}=sandbox-archive,agent-sandbox.dev/sandbox-id={sbx.sandbox_id}"}
+            assert admin.get(f"{ns}/secrets", params=archive).json()["items"]
+
+            resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+            assert resumed.files.read(f"{workdir}/kept.txt") == "survives the snapshot"
+            assert admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").json()["spec"]["replicas"] == 1
+            lease = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/agent-sandbox-leader"
+            wait_for(lambda: _renewed_by(admin.get(lease).json(), "agent-sandbox-gateway-0"), what="a lease renewal")
+        finally:
+            sbx.kill()
+        wait_for(lambda: admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").status_code == 404, what="the ReplicaSet to go")
+        record = admin.get(f"{ns}/secrets/sandbox-{sbx.sandbox_id}-record").json()
+        assert record["metadata"]["labels"]["agent-sandbox.dev/state"] == "killed"
+    output = log.read_text()
+    assert "forbidden" not in output.lower(), output  # a 403 anywhere, the background loops' included

@@ -239,3 +239,15 @@ def test_redis_going_down_degrades_to_replicas_working_alone_and_loses_nothing(
         wait_for(lambda: _both_logged(replicas, "is back"), what="the reconnections", timeout=30)
     finally:
         sbx.kill()
+
+
+def test_a_leader_stopped_cleanly_releases_the_lease_to_the_other(
+    replicas: Replicas, kube: Kube, kube_namespace: str
+) -> None:
+    leader = wait_for(lambda: _leader(kube, kube_namespace), what="a leader")
+    stopped, survivor = (replicas.a, replicas.b) if leader == "a" else (replicas.b, replicas.a)
+    assert stopped.stop(signal.SIGTERM) == -signal.SIGTERM
+    assert f"replica {leader} is no longer the leader" in replicas.log(stopped)
+    assert "stopped: everything the server opened is closed" in replicas.log(stopped)
+    wait_for(lambda: _leader(kube, kube_namespace) not in ("", leader), what="the other replica to take the lease")
+    wait_for(lambda: "is now the leader" in replicas.log(survivor), what="the survivor to lead")
