@@ -34,6 +34,9 @@ def create_app(platform: Platform) -> ClientWatch:
         state=State({ACTIVATOR: platform.activator, API_KEYS: platform.keys, METRICS_SOURCE: metrics}),
         exception_handlers={Exception: e2b_error_response},
         openapi_config=None,
+        # `serve` configures logging: Litestar's default would log through a queue and a thread, one more
+        # format, and lose the last lines when the process ends by its signal.
+        logging_config=None,
     )
     app = cast(ASGIApp, control)  # Litestar's precise ASGI types are narrower than the generic ones
     data_plane = DataPlane(app, opener=platform.activator, domain=platform.settings.domain, pool=platform.upstreams)

@@ -181,8 +181,8 @@ def test_the_terminal_runs_what_is_typed(
     rows = page.locator("#terminal .xterm-rows")
     rows.filter(has_text="$").wait_for()  # the prompt
     page.keyboard.type("echo ui-$((6*7)); uname -s\n")
-    rows.filter(has_text="ui-42").wait_for()
-    assert "Linux" in rows.inner_text()
+    rows.filter(has_text="Linux").wait_for()  # the second command's output: the first one's came before it
+    assert "ui-42" in rows.inner_text()
     page.screenshot(path=shots / "sandbox-terminal.png", full_page=True)
 
 
