@@ -121,6 +121,16 @@ class SandboxMachine:
                 record = await self._reload(sandbox_id)
         return record
 
+    @property
+    def shared(self) -> bool:
+        """Whether other replicas may change sandboxes behind this one's back."""
+        return self._coordinator.shared
+
+    async def reread(self, sandbox_id: str) -> SandboxRecord | None:
+        """The stored record, read again now (the cached one proved stale)."""
+        async with self._lock(sandbox_id):
+            return await self._reload(sandbox_id)
+
     def changed_elsewhere(self, sandbox_id: str) -> None:
         """Another replica changed the sandbox: re-read its record (the coordinator's subscriber calls this)."""
         if sandbox_id in self._refreshing:

@@ -51,7 +51,15 @@ class Opener:
         """
         with self._activity.opening(sandbox_id):  # the idle policy leaves the sandbox alone meanwhile
             await self.ensure_running(sandbox_id)
-            sock = await self._connect(sandbox_id, port)
+            try:
+                sock = await self._connect(sandbox_id, port)
+            except SandboxNotFound:
+                if not self._machine.shared:
+                    raise
+                # Another replica may have scaled it to zero a moment ago, before its notice reached this one.
+                await self._machine.reread(sandbox_id)
+                await self.ensure_running(sandbox_id)
+                sock = await self._connect(sandbox_id, port)
             self._activity.opened(sandbox_id, sock)
             return sock
 
