@@ -11,6 +11,9 @@ Keys and channels, under `prefix` (default `agent-sandbox`):
     <prefix>:changed    (channel)    "<replica id> <sandbox id>": that replica changed the sandbox's record
     <prefix>:released   (channel)    "<sandbox id>": its lock was just released, so waiters retry at once
 
+Other parts keep their own state in the same Redis through `redis_call`, under `<prefix>:ui-session...` for the
+web UI's sessions (gateway/ui/_shared_sessions.py), with the same deadline and the same view of Redis being down.
+
 `activity()` is the maximum across the replicas' hashes (and this replica's own, unflushed figures).
 
 Redis down: every call has a deadline (`call_timeout`) and no retry of its own. The first failure marks Redis
@@ -308,6 +311,21 @@ class RedisCoordinator:
             pipe.pexpire(self._activity_key, round(self._retention * 1000))
             pipe.sadd(self._replicas_key, self._replica_id)
             await pipe.execute()
+
+    # -- other shared state (the web UI's sessions) -------------------------------------------------------
+
+    @property
+    def prefix(self) -> str:
+        """The start of every key and channel here; others keeping state in this Redis put theirs under it."""
+        return self._prefix
+
+    async def redis_call(self, make: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+        """`make(client)`, bounded like the coordinator's own calls and not tried while Redis is held for down
+        (a failure marks it down, the reconnect loop brings it back); ConnectionError when it was not answered."""
+        try:
+            return await self._call(lambda: make(self._redis))
+        except _Unavailable as exc:
+            raise ConnectionError(f"redis at {self._where} is unavailable") from exc
 
     # -- connection ---------------------------------------------------------------------------------------
 

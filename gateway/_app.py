@@ -13,7 +13,7 @@ from gateway._dataplane import DataPlane
 from gateway._errors_response import ASGIApp
 from gateway._metrics import METRICS_SOURCE, MetricsSource, metrics_route
 from gateway._platform import Platform
-from gateway.ui import UiServices, ui_router
+from gateway.ui import SessionStore, SharedSessionStore, UiServices, ui_router
 
 __all__ = ["create_app"]
 
@@ -29,8 +29,11 @@ def create_app(platform: Platform) -> ClientWatch:
         activator=platform.activator, keys=platform.keys, pool_stats=platform.warm_pool_stats,
         last_activity=platform.activator.last_activity,
     )  # fmt: skip
+    # Replicas sharing a Redis share the UI's sign-ins too; a replica alone keeps them in memory.
+    sessions = SharedSessionStore(platform.redis) if platform.redis is not None else SessionStore()
+    ui_routes = ui_router(ui, sessions=sessions)
     control = Litestar(
-        route_handlers=[e2b_router(max_body_bytes=MAX_BODY_BYTES), platform.mcp.route(), metrics_route, ui_router(ui)],
+        route_handlers=[e2b_router(max_body_bytes=MAX_BODY_BYTES), platform.mcp.route(), metrics_route, ui_routes],
         state=State({ACTIVATOR: platform.activator, API_KEYS: platform.keys, METRICS_SOURCE: metrics}),
         exception_handlers={Exception: e2b_error_response},
         openapi_config=None,

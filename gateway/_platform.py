@@ -85,6 +85,8 @@ class Platform(msgspec.Struct, frozen=True, kw_only=True):
     mcp: McpServer
     # The warm pools' figures for /metrics (template -> `pool.WarmPoolStats`).
     warm_pool_stats: Callable[[], Mapping[str, Any]] | None = None
+    # The coordinator when replicas share a Redis (--redis-url): the web UI keeps its sessions there too.
+    redis: RedisCoordinator | None = None
 
 
 async def _build_missing_images(runtime: LocalRuntime, templates: dict[str, Template]) -> None:
@@ -135,6 +137,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         yield Platform(
             settings=settings, templates=templates, store=store, keys=keys, runtime=runtime,
             activator=activator, upstreams=upstreams, mcp=mcp, warm_pool_stats=pools.stats,
+            redis=coordinator if isinstance(coordinator, RedisCoordinator) else None,
         )  # fmt: skip
 
 

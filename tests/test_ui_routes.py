@@ -194,7 +194,7 @@ async def test_sign_out_from_another_origin_is_refused(ui: Ui) -> None:
 async def test_a_revoked_key_ends_its_sessions(ui: Ui) -> None:
     await ui.sign_in()
     await ui.keys.revoke(ui.owner)
-    session = ui.sessions.get(ui.client.cookies.get("agent_sandbox_ui"))
+    session = await ui.sessions.get(ui.client.cookies.get("agent_sandbox_ui"))
     assert session is not None
     session.key_checked_at = 0.0  # the next request re-checks the key
     assert (await ui.client.get("/ui/sandboxes", follow_redirects=False)).status_code == 303

@@ -5,6 +5,16 @@ Other modules import only the names listed here; `docs/ui.md` describes the page
 
 from gateway.ui._router import ui_router
 from gateway.ui._services import KeyVerifier, PoolStats, UiActivator, UiServices
-from gateway.ui._sessions import SessionStore
+from gateway.ui._sessions import Sessions, SessionStore
+from gateway.ui._shared_sessions import SharedSessionStore
 
-__all__ = ["KeyVerifier", "PoolStats", "SessionStore", "UiActivator", "UiServices", "ui_router"]
+__all__ = [
+    "KeyVerifier",
+    "PoolStats",
+    "SessionStore",
+    "Sessions",
+    "SharedSessionStore",
+    "UiActivator",
+    "UiServices",
+    "ui_router",
+]

@@ -62,13 +62,15 @@ async def connection_session(connection: ASGIConnection[Any, Any, Any, Any], ui:
 
 async def live_session(ui: UiContext, token: str | None) -> Session | None:
     """The live session with this id, or None (also once its key is gone: revoked keys end their sessions)."""
-    found = ui.sessions.get(token)
+    found = await ui.sessions.get(token)
     if found is None or time.time() - found.key_checked_at < KEY_RECHECK:
         return found
     if found.owner not in {key.id for key in await ui.services.keys.list_keys()}:
-        ui.sessions.drop_owner(found.owner)
+        await ui.sessions.drop_owner(found.owner)
         return None
     found.key_checked_at = time.time()
+    if token:
+        await ui.sessions.save(token, found)
     return found
 
 

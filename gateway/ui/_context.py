@@ -13,7 +13,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from gateway.ui._services import UiServices
-from gateway.ui._sessions import SessionStore
+from gateway.ui._sessions import Sessions
 
 __all__ = ["STATIC_DIR", "SandboxIdPath", "UiContext", "UiDep"]
 
@@ -24,7 +24,7 @@ STATIC_DIR = _HERE / "static"
 class UiContext:
     """Services, sessions and templates of one mounted UI."""
 
-    def __init__(self, services: UiServices, sessions: SessionStore, *, refresh: float = 1.0) -> None:
+    def __init__(self, services: UiServices, sessions: Sessions, *, refresh: float = 1.0) -> None:
         """`refresh`: seconds between two snapshots of a live page's event stream."""
         if refresh <= 0:
             raise ValueError("refresh must be > 0 seconds")

@@ -60,7 +60,7 @@ async def sign_in(
         return page(ui, "login.html", session=None, next=safe_next(data.next), error=error, signed_out=False,
                     status_code=401)  # fmt: skip
     names = {key.id: key.name for key in await ui.services.keys.list_keys()}
-    session_id = ui.sessions.create(owner, names.get(owner, ""))
+    session_id = await ui.sessions.create(owner, names.get(owner, ""))
     cookie = Cookie(
         key=COOKIE, value=session_id, path="/ui", httponly=True, samesite="strict",
         secure=request.url.scheme == "https", max_age=int(ui.sessions.lifetime),
@@ -76,11 +76,10 @@ async def sign_out(
 ) -> Response[Any]:
     """End the session (its id stops working at once) and clear the cookie."""
     token = request.cookies.get(COOKIE)
-    found = ui.sessions.get(token)
-    if found is not None:
-        if not same_origin(request.headers) or not csrf_matches(found.csrf, data.csrf):
-            raise Forbidden("refused: sign out from this UI's own pages")
-        ui.sessions.drop(token)
+    found = await ui.sessions.get(token)
+    if found is not None and (not same_origin(request.headers) or not csrf_matches(found.csrf, data.csrf)):
+        raise Forbidden("refused: sign out from this UI's own pages")
+    await ui.sessions.drop(token)  # also when not found: with Redis unreachable, it is dropped there once it is back
     response: Response[Any] = Redirect("/ui/login?signed_out=1", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response

@@ -27,7 +27,7 @@ from gateway.ui._pages import PAGE_ROUTES
 from gateway.ui._sandbox_io import IO_ROUTES
 from gateway.ui._security import SecurityHeaders
 from gateway.ui._services import UiServices
-from gateway.ui._sessions import SessionStore
+from gateway.ui._sessions import Sessions, SessionStore
 from gateway.ui._terminal import terminal
 
 __all__ = ["ui_router"]
@@ -35,8 +35,9 @@ __all__ = ["ui_router"]
 _MAX_BODY = 64 * 1024  # the UI posts small forms only
 
 
-def ui_router(services: UiServices, *, sessions: SessionStore | None = None, refresh: float = 1.0) -> Router:
-    """The UI's routes, static files and guards; `refresh` is the seconds between two live snapshots."""
+def ui_router(services: UiServices, *, sessions: Sessions | None = None, refresh: float = 1.0) -> Router:
+    """The UI's routes, static files and guards; `sessions`: where sign-ins are kept (this process's memory
+    unless given); `refresh`: the seconds between two live snapshots."""
     ui = UiContext(services, sessions if sessions is not None else SessionStore(), refresh=refresh)
     static = create_static_files_router(
         path="/static", directories=[STATIC_DIR], cache_control=CacheControlHeader(no_cache=True), name="ui-static"
