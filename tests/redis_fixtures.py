@@ -8,12 +8,13 @@ CI=true, where they fail: CI must prove what they check.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,12 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, what: str, within: float = 10.0) -> None:
+    """Poll the async `check` every 50 ms until it holds; fail the test after `within` seconds."""
+    for _ in range(round(within / 0.05)):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"timed out after {within} s waiting for {what}")

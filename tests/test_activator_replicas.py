@@ -3,13 +3,10 @@ whose cache is stale must still act on the stored truth, never on its memory."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable
-
 import msgspec
 import pytest
 
-from activator import Activator, ActivatorSettings, Lifecycle, SandboxState, Store
+from activator import Activator, ActivatorSettings, Lifecycle, SandboxState, SoloCoordinator, Store
 from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, request, template
 
@@ -18,29 +15,10 @@ pytestmark = pytest.mark.anyio
 store, runtime, clock = fakes.store, fakes.runtime, fakes.clock
 
 
-class DeafCoordinator:
+class DeafCoordinator(SoloCoordinator):
     """Says other replicas exist but delivers none of their notices (as if every message were lost)."""
 
     shared = True
-
-    async def start(self, on_changed: Callable[[str], None]) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
-
-    @contextlib.asynccontextmanager
-    async def sandbox_lock(self, sandbox_id: str) -> AsyncIterator[None]:
-        yield
-
-    async def publish_changed(self, sandbox_id: str) -> None:
-        pass
-
-    def note_activity(self, sandbox_id: str, at: float) -> None:
-        pass
-
-    async def activity(self) -> dict[str, float]:
-        return {}
 
 
 def replica(store: Store, runtime: FakeRuntime, clock: Clock) -> Activator:

@@ -8,7 +8,7 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from activator._redis_coordination import RedisCoordinator
 from tests import redis_fixtures
-from tests.redis_fixtures import RedisServer
+from tests.redis_fixtures import RedisServer, eventually
 from tests.server_fixtures import REPO
 
 redis_server = redis_fixtures.redis_server
@@ -37,14 +37,6 @@ async def replica(url: str, name: str, **options: Any) -> AsyncIterator[tuple[Re
         yield coordinator, heard
     finally:
         await coordinator.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, what: str, within: float = 10.0) -> None:
-    for _ in range(round(within / 0.05)):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"timed out after {within} s waiting for {what}")
 
 
 async def lock_within(coordinator: RedisCoordinator, sandbox_id: str, seconds: float) -> bool:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from litestar import Litestar
 from activator import ApiKeys, RedisCoordinator, SqliteStore
 from gateway.ui import SharedSessionStore, UiServices, ui_router
 from tests import redis_fixtures
-from tests.redis_fixtures import RedisServer
+from tests.redis_fixtures import RedisServer, eventually
 from tests.test_activator_fakes import Clock, FakeRuntime, activator
 
 redis_server = redis_fixtures.redis_server
@@ -55,14 +55,6 @@ def client_of(app: Litestar, origin: str) -> httpx.AsyncClient:
 
 def key_of(session_id: str) -> str:
     return "agent-sandbox:ui-session:" + hashlib.sha256(session_id.encode()).hexdigest()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, what: str, within: float = 10.0) -> None:
-    for _ in range(round(within / 0.05)):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"timed out after {within} s waiting for {what}")
 
 
 async def test_a_sign_in_on_one_replica_is_live_on_the_other(redis_server: RedisServer) -> None:
