@@ -147,8 +147,9 @@ async def _open_runtime(
     if settings.runtime == "kubernetes":
         try:
             kube = open_kube_runtime(
-                settings.kubeconfig, os.environ, namespace=settings.namespace, sandbox_user=settings.kube_sandbox_user
-            )
+                settings.kubeconfig, os.environ, namespace=settings.namespace, sandbox_user=settings.kube_sandbox_user,
+                service_account=settings.kube_sandbox_service_account,
+            )  # fmt: skip
         except PoolError as exc:
             raise SystemExit(f"agent-sandbox: --runtime kubernetes: {exc}") from exc
         stack.push_async_callback(kube.aclose)

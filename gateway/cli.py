@@ -59,6 +59,10 @@ def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> Non
         help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)",
     )  # fmt: skip
     serve.add_argument(
+        "--kube-sandbox-service-account", default=_env_default("kube_sandbox_service_account", None), metavar="NAME",
+        help="kubernetes: the ServiceAccount of sandbox pods (default: the namespace's; no token is mounted)",
+    )  # fmt: skip
+    serve.add_argument(
         "--api-key-secret", default=_env_default("api_key_secret", None), metavar="NAME",
         help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key",
     )  # fmt: skip
@@ -181,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     max_held=int(args.max_held), hold_deadline=float(args.hold_deadline), warm=dict(args.warm),
                     runtime=args.runtime, kubeconfig=args.kubeconfig and Path(args.kubeconfig),
                     namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
+                    kube_sandbox_service_account=args.kube_sandbox_service_account,
                     api_key_secret=args.api_key_secret, redis_url=args.redis_url, replica_id=args.replica_id,
                     lease_duration=float(args.lease_duration),
                 )

@@ -555,6 +555,7 @@ def test_the_gateway_runs_on_its_service_account_alone(
             sbx.files.write(f"{workdir}/kept.txt", "survives the snapshot")
             pod_spec = admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").json()["spec"]["template"]["spec"]
             assert pod_spec["automountServiceAccountToken"] is False
+            assert pod["spec"]["serviceAccountName"] == "agent-sandbox-sandbox"  # no RoleBinding names it
 
             assert sbx.pause()
             assert admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").json()["spec"]["replicas"] == 0

@@ -61,6 +61,7 @@ class KubeSettings(msgspec.Struct, frozen=True, kw_only=True):
     connect_wait: float = 10.0  # seconds `open_socket` waits for a (re)starting pod to be Ready
     census_max_age: float = 30.0  # seconds a running sandbox's process census is trusted (`_census`)
     archive_limit: int = ARCHIVE_LIMIT  # compressed bytes of working directory a snapshot keeps at most
+    service_account: str | None = None  # the sandbox pods' ServiceAccount (None: the namespace's default)
 
 
 class KubeSandboxes:
@@ -100,7 +101,10 @@ class KubeSandboxes:
     async def start(self, spec: SandboxSpec) -> None:
         spec = self._as_sandbox_user(spec)
         await self._watch()
-        body = replica_set(spec, image_prefix=self._settings.image_prefix, executor_args=self._executor_args())
+        body = replica_set(
+            spec, image_prefix=self._settings.image_prefix, executor_args=self._executor_args(),
+            service_account=self._settings.service_account,
+        )  # fmt: skip
         try:
             await self._api.call("POST", self._rs_path, body=body)
         except KubeApiError as exc:

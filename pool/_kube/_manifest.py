@@ -44,8 +44,13 @@ def replica_set_name(sandbox_id: str) -> str:
     return f"sandbox-{sandbox_id}"
 
 
-def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[str, ...]) -> dict[str, Any]:
-    """The ReplicaSet of one sandbox: one pod of the template's image, Ready once its executor answers."""
+def replica_set(
+    spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[str, ...], service_account: str | None = None
+) -> dict[str, Any]:
+    """The ReplicaSet of one sandbox: one pod of the template's image, Ready once its executor answers.
+
+    `service_account` names the pods' ServiceAccount (None: the namespace's `default`); its token is never
+    mounted either way."""
     template = spec.template
     labels = {ROLE_LABEL: "sandbox", ID_LABEL: spec.sandbox_id, TEMPLATE_LABEL: template.name}
     resources = template.resources
@@ -80,6 +85,7 @@ def replica_set(spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[st
                     "terminationGracePeriodSeconds": _GRACE_SECONDS,
                     "automountServiceAccountToken": False,  # a sandbox has no business with the API
                     "enableServiceLinks": False,
+                    **({"serviceAccountName": service_account} if service_account else {}),
                 },
             },
         },

@@ -60,11 +60,18 @@ def pool_name(template: str) -> str:
 
 
 def pool_replica_set(
-    template: Template, replicas: int, *, image_prefix: str, executor_args: tuple[str, ...]
+    template: Template,
+    replicas: int,
+    *,
+    image_prefix: str,
+    executor_args: tuple[str, ...],
+    service_account: str | None = None,
 ) -> dict[str, Any]:
     """The pool's ReplicaSet: `replicas` pods of the template's sandbox pod, labelled as the pool's."""
     spec = SandboxSpec(sandbox_id=_PLACEHOLDER_ID, template=template, init=ExecutorInit())
-    pod_template = replica_set(spec, image_prefix=image_prefix, executor_args=executor_args)["spec"]["template"]
+    pod_template = replica_set(
+        spec, image_prefix=image_prefix, executor_args=executor_args, service_account=service_account
+    )["spec"]["template"]
     pod_labels = {ROLE_LABEL: "warm", POOL_LABEL: template.name, TEMPLATE_LABEL: template.name}
     return {
         "apiVersion": "apps/v1",

@@ -191,11 +191,15 @@ def open_kube_runtime(
     *,
     namespace: str | None = None,
     sandbox_user: Literal["user", "root"] | None = None,
+    service_account: str | None = None,
 ) -> KubernetesRuntime:
     """A runtime for the cluster of `kubeconfig`, or the one this process runs in (`environ` as in a pod).
 
     The namespace is `namespace`, else the kubeconfig context's (or the pod's), else "default".
     """
     connection = load_kubeconfig(kubeconfig) if kubeconfig is not None else in_cluster(environ)
-    settings = KubeSettings(namespace=namespace or connection.namespace or "default", sandbox_user=sandbox_user)
+    settings = KubeSettings(
+        namespace=namespace or connection.namespace or "default", sandbox_user=sandbox_user,
+        service_account=service_account,
+    )  # fmt: skip
     return KubernetesRuntime(KubeApi(connection), settings)

@@ -127,7 +127,10 @@ class PoolKeeper:
     async def _ensure_pool(self, template: Template, target: int) -> None:
         user = self._settings.sandbox_user
         args = ("--default-user", user) if user else ()
-        body = pool_replica_set(template, target, image_prefix=self._settings.image_prefix, executor_args=args)
+        body = pool_replica_set(
+            template, target, image_prefix=self._settings.image_prefix, executor_args=args,
+            service_account=self._settings.service_account,
+        )  # fmt: skip
         path = f"{self._rs_path}/{pool_name(template.name)}"
         if target == 0:  # scale an earlier pool down, if there is one
             with contextlib.suppress(KubeApiError):
