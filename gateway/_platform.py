@@ -113,6 +113,8 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         upstreams: UpstreamPool[UpstreamConnection] = UpstreamPool()
         stack.callback(upstreams.close)
         pools = _warm_pools(runtime, templates, settings)
+        if isinstance(runtime, KubernetesRuntime) and isinstance(pools, KubeWarmPools):
+            runtime.set_warm_source(pools.claim_for)  # a resume from zero adopts a warm pod when one is ready
         activator = Activator(
             store, runtime, templates, _activator_settings(settings), on_halt=upstreams.drop,
             health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,

@@ -280,6 +280,77 @@ def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again(
     run(scenario)
 
 
+def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
+    run: Run, template: Template, start_log: Path
+) -> None:
+    in_pod_dir = 'cd "$(readlink /proc/$PPID/cwd)"'  # the executor's cwd: the pod's directory, the archived one
+
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
+        runtime = KubernetesRuntime(cluster.api, KubeSettings(namespace=cluster.namespace, sandbox_user="root"))
+        spec = SandboxSpec(sandbox_id="sleeper", template=template, init=INIT)
+        try:
+            async with warm_pools(1, leader=True) as pools:
+                runtime.set_warm_source(pools.claim_for)
+                await until(pools, ready(pools, 1), "a warm-ready pod")
+                await runtime.start(spec)  # cold: the runtime claims only on resume (creates claim in the activator)
+                written = await run_in_sandbox(
+                    runtime, "sleeper", f"{in_pod_dir}; echo kept > notes.txt", user="root", token="claim-token"
+                )
+                assert written.exit_code == 0
+                await runtime.snapshot("sleeper")
+                [warm] = await cluster.pods("agent-sandbox.dev/pool=base")
+                assert warm["metadata"]["annotations"]["agent-sandbox.dev/warm-ready"] == "true"
+
+                await runtime.restore(spec)
+                pod = await cluster.sandbox_pod("sleeper")
+                assert (pod["metadata"]["name"], pod["metadata"]["uid"]) == (
+                    warm["metadata"]["name"],
+                    warm["metadata"]["uid"],
+                )
+                assert pod["metadata"]["labels"]["agent-sandbox.dev/claimed-from"] == "base"
+                assert [(o["name"], o["controller"]) for o in pod["metadata"]["ownerReferences"]] == [
+                    ("sandbox-sleeper", True)
+                ]
+                read = await run_in_sandbox(
+                    runtime, "sleeper", f"{in_pod_dir}; cat notes.txt", user="root", token="claim-token"
+                )
+                assert read.stdout == "kept\n"
+                assert starts(start_log).count(warm["status"]["podIP"]) == 1  # when warmed, not again on resume
+                assert (runtime.is_running("sleeper"), runtime.is_snapshotted("sleeper")) == (True, False)
+                await until(pools, ready(pools, 1), "the pool to refill")
+                [refill] = await cluster.pods("agent-sandbox.dev/pool=base")
+                assert refill["metadata"]["name"] != warm["metadata"]["name"]
+                assert pools.stats()["base"].claims == 1
+                await runtime.stop("sleeper")
+        finally:
+            await runtime.aclose()  # closes `cluster.api` too, which tolerates a second `aclose`
+
+    run(scenario)
+
+
+def test_a_resume_with_no_warm_pod_ready_starts_a_new_pod_as_before(
+    run: Run, template: Template, start_log: Path
+) -> None:
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
+        runtime = KubernetesRuntime(cluster.api, KubeSettings(namespace=cluster.namespace, sandbox_user="root"))
+        spec = SandboxSpec(sandbox_id="napper", template=template, init=INIT)
+        try:
+            async with warm_pools(0, leader=True) as pools:
+                runtime.set_warm_source(pools.claim_for)
+                await runtime.start(spec)
+                await runtime.snapshot("napper")
+                await runtime.restore(spec)
+                pod = await cluster.sandbox_pod("napper")
+                assert "agent-sandbox.dev/claimed-from" not in pod["metadata"]["labels"]
+                assert starts(start_log)[1:] == [pod["status"]["podIP"]]  # the restore ran the start command again
+                assert (pools.stats()["base"].claims, pools.stats()["base"].misses) == (0, 1)
+                await runtime.stop("napper")
+        finally:
+            await runtime.aclose()
+
+    run(scenario)
+
+
 def test_two_claimers_racing_for_one_warm_pod_never_share_it(run: Run) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True) as first, warm_pools(1) as second:

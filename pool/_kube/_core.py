@@ -129,12 +129,14 @@ class KubeSandboxes:
         await delete(self._api, self._rs_url(sandbox_id), params={"propagationPolicy": "Background"})
         gone = f"the ReplicaSet of sandbox {sandbox_id} to go"
         await self._sets.wait(lambda: self._sets.get(sandbox_id) is None, self._settings.stop_timeout, gone)
-        for name in self._pods.of(sandbox_id):  # a claimed warm pod no ReplicaSet adopted: the GC never takes it
-            await self._delete_pod(name)
+        await self._delete_pods(sandbox_id)
         await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
 
-    async def _delete_pod(self, name: str) -> None:
-        await delete(self._api, f"/api/v1/namespaces/{self._settings.namespace}/pods/{name}")
+    async def _delete_pods(self, sandbox_id: str) -> None:
+        """Delete the sandbox's pods: one its ReplicaSet owns goes anyway, but a claimed warm pod no ReplicaSet
+        adopted (yet) is no one's, and the garbage collector never takes it."""
+        for name in list(self._pods.of(sandbox_id)):
+            await delete(self._api, f"/api/v1/namespaces/{self._settings.namespace}/pods/{name}")
 
     async def freeze(self, sandbox_id: str) -> None:
         """SIGSTOP every process but the executor; the census taken then holds until `thaw`."""

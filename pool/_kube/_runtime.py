@@ -14,6 +14,10 @@ container from the gateway), so a snapshot keeps files only:
   ports and runs the sandbox's autostart command (`pool._autostart`), as the local runtime does after a
   files-only restore. Only then is the record removed and the archive deleted. A restore cut short (the
   ReplicaSet scaled up, the record still on it) is started over in a fresh pod by the next `restore`.
+  With a warm source (`set_warm_source`: the warm pools' `claim_for`), `restore` claims a warm-ready pod of
+  the template for the sandbox right after the scale-up: the ReplicaSet adopts it and deletes the pod it had
+  begun to start (`_claim_warm`). Its start commands ran when it was warmed and do not run again, so there the
+  files come back after them, as at create. No warm pod ready: the cold path above, in the pod begun already.
 
 An archive rather than a PersistentVolumeClaim per sandbox: it works with warm pods (a claimed pod has no
 volume of its sandbox), needs no storage provisioner, and its size is bounded. What a snapshot loses: every
@@ -33,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -46,17 +50,21 @@ from pool._kube._census import template_only
 from pool._kube._connection import in_cluster, load_kubeconfig
 from pool._kube._core import KubeSandboxes, KubeSettings
 from pool._kube._manifest import ReplicaSet
+from pool._kube._pool_manifest import runs_claimed_warm_pod
 from pool._kube._replicasets import is_running, is_snapshotted
 from pool._runtime import RuntimeCapabilities, SandboxSpec, SnapshotInfo
 from pool._template_start import run_start_commands, wait_for_ports
 
-__all__ = ["KubeSettings", "KubernetesRuntime", "open_kube_runtime"]
+__all__ = ["KubeSettings", "KubernetesRuntime", "WarmSource", "open_kube_runtime"]
 
 _log = logging.getLogger("pool.kubernetes")
 _NO_CRIU = (
     "no CRIU on Kubernetes: a snapshot keeps the sandbox's working directory (a tar.gz in Secrets) and starts "
     "its processes again on restore"
 )
+
+WarmSource = Callable[[str, str], Awaitable[str | None]]
+"""`(template, sandbox_id) -> pod name | None`: claims a warm-ready pod of the template for the sandbox."""
 
 
 class KubernetesRuntime(KubeSandboxes):
@@ -65,6 +73,11 @@ class KubernetesRuntime(KubeSandboxes):
     def __init__(self, api: KubeApi, settings: KubeSettings) -> None:
         super().__init__(api, settings)
         self._archives = ArchiveStore(api, settings.namespace)
+        self._warm_source: WarmSource | None = None
+
+    def set_warm_source(self, claim: WarmSource | None) -> None:
+        """Let `restore` first claim a warm pod (`KubeWarmPools.claim_for`); None: always a new pod."""
+        self._warm_source = claim
 
     def capabilities(self) -> RuntimeCapabilities:
         return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU)
@@ -116,9 +129,11 @@ class KubernetesRuntime(KubeSandboxes):
         archive = await self._archives.load(sandbox_id, record)  # checked before anything changes
         if found.spec.replicas or self._pods.has_pods(sandbox_id):
             await self._scale(sandbox_id, 0)  # a restore cut short: start over in a fresh pod
+            await self._delete_pods(sandbox_id)
             await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
         try:
             await self._scale(sandbox_id, 1)
+            await self._claim_warm(spec)  # after the scale-up: see `_claim_warm`
             await self._pods.wait_ready(sandbox_id, self._settings.start_timeout)
             await self._bring_back(spec, archive)
         except BaseException:
@@ -159,13 +174,27 @@ class KubernetesRuntime(KubeSandboxes):
                 ) from exc
         return await self._archives.save(found, archive, seconds=time.monotonic() - started)
 
+    async def _claim_warm(self, spec: SandboxSpec) -> None:
+        """Move a warm pod into the sandbox scaled up a moment ago: its ReplicaSet adopts it and, with two pods
+        for one replica, deletes the one it started meanwhile (not Ready yet, so ranked first to go).
+
+        Not before the scale-up: a ReplicaSet still at zero replicas adopts the pod and deletes it at once."""
+        if self._warm_source is None:
+            return
+        pod = await self._warm_source(spec.template.name, spec.sandbox_id)
+        if pod is not None:
+            _log.info("sandbox %s: resuming into warm pod %s", spec.sandbox_id, pod)
+
     async def _bring_back(self, spec: SandboxSpec, archive: bytes) -> None:
-        """/init, the files, the template's start commands and ports, then the sandbox's autostart command."""
+        """/init, the files, the template's start commands (unless a warm pod ran them) and ports, then the
+        sandbox's autostart command."""
         connect = self._connector(spec.sandbox_id)
         token = spec.init.access_token
-        await post_init(await connect(EXECUTOR_PORT), spec.init, None)
+        warm = runs_claimed_warm_pod(self._pods.of(spec.sandbox_id).values())
+        await post_init(await connect(EXECUTOR_PORT), spec.init, None)  # a warm pod has no token yet either
         await upload_archive(await connect(EXECUTOR_PORT), token, archive)
-        await run_start_commands(connect, spec)
+        if not warm:
+            await run_start_commands(connect, spec)
         await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
         await run_autostart(connect, spec, ports_timeout=self._settings.ports_timeout)
 
@@ -178,6 +207,7 @@ class KubernetesRuntime(KubeSandboxes):
         with contextlib.suppress(SandboxGone):
             try:
                 await self._scale(sandbox_id, 0)
+                await self._delete_pods(sandbox_id)  # a claimed warm pod the ReplicaSet did not adopt
             except RuntimeFailure as exc:
                 _log.warning("sandbox %s: could not scale it back to zero after a failed restore: %s", sandbox_id, exc)
 

@@ -7,7 +7,9 @@ sandbox with one patch under the pod's resourceVersion (`_pool_manifest.adoption
 claiming one pod, one gets a 409 and tries the next; then it applies the caller's init. The caller's
 `KubernetesRuntime.start` for the returned id creates the sandbox's ReplicaSet, which adopts the pod, and
 must not bring it up again (`is_claimed_warm_pod`): its start commands ran, and its executor wants the
-caller's access token now.
+caller's access token now. `claim_for` is the same claim into a snapshotted sandbox's id, for
+`KubernetesRuntime.restore`: the sandbox's ReplicaSet, scaled back to one a moment before, adopts the pod, and
+the restore applies the init.
 
 Refill is the ReplicaSet controller's: a claimed pod leaves the pool's selector, and the controller starts a
 replacement at once, one per claimed pod. A burst of claims is a burst of pod creations, bounded only by the
@@ -30,6 +32,7 @@ from pool._executor_client import EXECUTOR_PORT, post_init
 from pool._kube._api import KubeApi
 from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
+from pool._kube._manifest import ID_LABEL
 from pool._kube._pool_manifest import WARM_READY_ANNOTATION, WARM_SELECTOR, WarmPod, adoption_patch
 from pool._kube._warm_keeper import PoolKeeper
 from pool._kube._warm_pods import PodCalls, PoolPods
@@ -89,21 +92,14 @@ class KubeWarmPools:
     async def claim(self, template: str, init: ExecutorInit) -> str | None:
         """Move the oldest warm-ready pod of `template` into a new sandbox with `init`; its id, or None at once
         when none is ready (or the cluster cannot be reached: the caller's cold start reports that)."""
-        figures = self._figures.get(template)
-        if figures is None or self._closed:
-            return None
-        try:
-            await self._pods.start(self._claim_timeout)
-            sandbox_id = await self._claim_any(template, self._as_sandbox_user(init))
-        except RuntimeFailure as exc:
-            _log.warning("warm pool %s: claim failed, the caller starts cold: %s", template, exc)
-            sandbox_id = None
-        if sandbox_id is None:
-            figures.misses += 1
-        else:
-            figures.claims += 1
-        self._notify()
-        return sandbox_id
+        pod = await self._claim(template, "", self._as_sandbox_user(init))
+        return None if pod is None else pod.metadata.labels[ID_LABEL]
+
+    async def claim_for(self, template: str, sandbox_id: str) -> str | None:
+        """Move the oldest warm-ready pod of `template` into the existing sandbox `sandbox_id` (a resume from zero:
+        `KubernetesRuntime.set_warm_source`), its init not applied; the pod's name, or None as `claim`."""
+        pod = await self._claim(template, sandbox_id, None)
+        return None if pod is None else pod.name
 
     def forget(self, sandbox_id: str) -> bool:
         """Always False: a warm pod has no sandbox id before its claim, and its ReplicaSet replaces it if it dies."""
@@ -140,18 +136,37 @@ class KubeWarmPools:
         params = {"labelSelector": WARM_SELECTOR, "propagationPolicy": "Background"}
         await self._api.call("DELETE", self._rs_path, params=params)
 
-    async def _claim_any(self, template: str, init: ExecutorInit) -> str | None:
-        sandbox_id = ""  # one id for all tries, drawn once there is a pod to try
+    async def _claim(self, template: str, sandbox_id: str, init: ExecutorInit | None) -> WarmPod | None:
+        """The claimed pod, counted as a claim or a miss of `template`'s pool."""
+        figures = self._figures.get(template)
+        if figures is None or self._closed:
+            return None
+        try:
+            await self._pods.start(self._claim_timeout)
+            pod = await self._claim_any(template, sandbox_id, init)
+        except RuntimeFailure as exc:
+            _log.warning("warm pool %s: claim failed, the caller starts cold: %s", template, exc)
+            pod = None
+        if pod is None:
+            figures.misses += 1
+        else:
+            figures.claims += 1
+        self._notify()
+        return pod
+
+    async def _claim_any(self, template: str, sandbox_id: str, init: ExecutorInit | None) -> WarmPod | None:
+        """Try the warm pods oldest first; a new id ("" for `sandbox_id`) is drawn once there is a pod to try."""
+        given = sandbox_id
         while (pod := self._oldest_warm(template)) is not None:
             self._tried[pod.name] = pod.metadata.resource_version
             sandbox_id = sandbox_id or self._new_id()
             adopted = await self._adopt(pod, sandbox_id)
             if adopted is None:
                 continue  # claimed by another replica, or no longer Ready: the next one
-            if await self._apply_init(adopted, init):
-                return sandbox_id
+            if init is None or await self._apply_init(adopted, init):
+                return adopted
             self._figures[template].discarded += 1
-            sandbox_id = ""  # the deleted pod keeps its label while it goes: the next one gets an id of its own
+            sandbox_id = given  # the deleted pod keeps its label while it goes: the next one gets an id of its own
         return None
 
     def _oldest_warm(self, template: str) -> WarmPod | None:
