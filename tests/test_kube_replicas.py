@@ -10,6 +10,7 @@ within the lease duration.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import signal
@@ -26,7 +27,7 @@ from e2b.connection_config import ApiParams
 from tests import kube_fixtures, redis_fixtures
 from tests.kube_fixtures import Kube, wait_for
 from tests.scale_to_zero_fixtures import Reply, health_burst, metric
-from tests.server_fixtures import RunningServer, running_server
+from tests.server_fixtures import RunningServer, free_port, running_server
 
 kube = kube_fixtures.kube
 kube_namespace = kube_fixtures.kube_namespace
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.timeout(300)
 LEASE_SECONDS = 3.0
 WARM = 2  # warm pods of the base template, claimed by creates on either replica
 BURST = 200
+SLOW_RESUME_SECONDS = 2
 _RESUMED = "transition=snapshotted->running"
 
 
@@ -84,14 +86,23 @@ def _replicas_of(kube: Kube, namespace: str, sandbox_id: str) -> str:
     ).strip()
 
 
-def _paused_sandbox(replicas: Replicas) -> tuple[Sandbox, str, str]:
-    """A sandbox created on replica A with a file in its working directory, then paused (scaled to zero)."""
+def _paused_sandbox(replicas: Replicas, *, slow_resume: bool = False) -> tuple[Sandbox, str, str]:
+    """A sandbox created on replica A with a file in its working directory, then paused (scaled to zero).
+
+    `slow_resume`: its autostart command opens its port only after a while, and a resume waits for that port, so
+    a resume certainly lasts long enough for a burst to arrive while it is under way (a warm pod makes it fast).
+    """
     sbx = Sandbox.create(
         lifecycle={"on_timeout": "pause", "auto_resume": True}, timeout=240, **replicas.sdk(replicas.a)
     )
     workdir = sbx.commands.run("pwd").stdout.strip()
     marker = f"{workdir}/marker.txt"
     sbx.files.write(marker, "kept across the snapshot")
+    if slow_resume:
+        port = free_port()
+        command = f"sleep {SLOW_RESUME_SECONDS}; exec python3 -m http.server {port} --bind 0.0.0.0"
+        autostart = json.dumps({"command": command, "ports": [port]})
+        sbx.files.write(f"{workdir}/.config/agent-sandbox/autostart.json", autostart)
     assert sbx.pause()
     return sbx, marker, workdir
 
@@ -112,7 +123,7 @@ def test_a_replica_sees_the_sandboxes_the_other_created(replicas: Replicas) -> N
 def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
     replicas: Replicas, kube: Kube, kube_namespace: str
 ) -> None:
-    sbx, marker, _ = _paused_sandbox(replicas)
+    sbx, marker, _ = _paused_sandbox(replicas, slow_resume=True)
     try:
         wait_for(lambda: _replicas_of(kube, kube_namespace, sbx.sandbox_id) == "0", what="the scale to zero")
         held_before = metric(replicas.b, "agent_sandbox_holds_total", result="resumed")
