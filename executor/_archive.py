@@ -23,13 +23,12 @@ import threading
 from typing import BinaryIO
 
 from executor._defaults import Defaults
-from executor._errors import ExecutorError, NotFound, PayloadTooLarge, error_json, os_errors
+from executor._errors import ExecutorError, NotFound, PayloadTooLarge, os_errors
 from executor._exchange import Request, Response
 
 __all__ = ("Archives",)
 
 CHUNK = 256 * 1024
-JSON = "application/json"
 
 
 class Archives:
@@ -49,7 +48,7 @@ class Archives:
         try:
             file, size = await asyncio.to_thread(self._pack, root)
         except ExecutorError as exc:
-            await response.send(exc.status, error_json(exc.status, exc.message), JSON)
+            await response.send_error_json(exc)
             return
         headers = (("content-type", "application/gzip"), ("x-archive-root", _header_value(root)))
         with file:
@@ -66,7 +65,7 @@ class Archives:
             file = await self._spool(request)
             await asyncio.to_thread(self._unpack, file, self.root())
         except ExecutorError as exc:
-            await response.send(exc.status, error_json(exc.status, exc.message), JSON)
+            await response.send_error_json(exc)
             return
         await response.send(204)
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import httptools
 
-from executor._errors import PayloadTooLarge
+from executor._errors import ExecutorError, PayloadTooLarge, error_json
 
 __all__ = ("Body", "Request", "Response", "Wire", "reason")
 
@@ -173,6 +173,10 @@ class Response:
         self._connection.write_raw(head if self._head_only else head + body)
         self.finished = True
         await self._connection.drain()
+
+    async def send_error_json(self, error: ExecutorError) -> None:
+        """E2B's error for a plain HTTP endpoint: the error's status and `{"code": <status>, "message": ...}`."""
+        await self.send(error.status, error_json(error.status, error.message), "application/json")
 
     async def start(self, status: int, headers: tuple[tuple[str, str], ...] = (), length: int | None = None) -> None:
         """Send the status line and headers; without `length` the body is chunked."""

@@ -21,7 +21,7 @@ import msgspec
 
 from executor._auth import check_file_access
 from executor._defaults import Defaults
-from executor._errors import ExecutorError, InvalidArgument, NotFound, PayloadTooLarge, error_json, os_errors
+from executor._errors import ExecutorError, InvalidArgument, NotFound, PayloadTooLarge, os_errors
 from executor._exchange import Request, Response
 from executor._multipart import PART_END, MultipartParser, PartStart, boundary_of
 from executor._paths import ensure_dirs, resolve
@@ -45,7 +45,7 @@ class Files:
             path = self._authorize(request, "read")[0]
             file = _open_for_download(path)
         except ExecutorError as exc:
-            await response.send(exc.status, error_json(exc.status, exc.message), JSON)
+            await response.send_error_json(exc)
             return
         with file:
             await _send_file(file, path, _accepts_gzip(request.headers.get("accept-encoding", "")), response)
@@ -70,7 +70,7 @@ class Files:
                     f"unsupported content type {media_type!r}: use multipart/form-data or application/octet-stream"
                 )
         except ExecutorError as exc:
-            await response.send(exc.status, error_json(exc.status, exc.message), JSON)
+            await response.send_error_json(exc)
             return
         await response.send(200, msgspec.json.encode(written), JSON)
 

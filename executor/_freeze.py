@@ -28,7 +28,7 @@ import signal
 
 import msgspec
 
-from executor._errors import Internal, error_json
+from executor._errors import Internal
 from executor._exchange import Request, Response
 from executor._proctree import STOPPED_STATES, descendants, send
 
@@ -98,7 +98,7 @@ class Freezer:
         try:
             await self.freeze()
         except Internal as exc:
-            await response.send(exc.status, error_json(exc.status, exc.message), JSON)
+            await response.send_error_json(exc)
             return
         await response.send(204)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ import httptools
 from executor._errors import error_json
 from executor._exchange import Body, Request, Response, reason
 
-__all__ = ("Connection", "Handler")
+__all__ = ("Connection", "Handler", "listen", "stop_on_signals")
 
 logger = logging.getLogger("executor")
 
@@ -206,3 +207,21 @@ class Connection(asyncio.Protocol):
         self._worker = None
         if self._transport is not None:
             self._transport.close()
+
+
+def listen(host: str, port: int, log: logging.Logger) -> socket.socket | None:
+    """A listening TCP socket on `host:port` (IPv6 when `host` has a colon), or None once `log` says why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+        return None
+
+
+def stop_on_signals(loop: asyncio.AbstractEventLoop) -> asyncio.Event:
+    """An event that SIGTERM or SIGINT sets."""
+    stop = asyncio.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
+    return stop

@@ -14,13 +14,11 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
-import socket
 import sys
 
 from executor._app import App, Settings
 from executor._defaults import Defaults
-from executor._http import Connection
+from executor._http import Connection, listen, stop_on_signals
 from executor._reaper import Reaper
 
 __all__ = ("main",)
@@ -64,14 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(host: str, port: int, ready_fd: int | None, app: App) -> int:
     loop = asyncio.get_running_loop()
     app.install(loop)
-    stop = asyncio.Event()
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, stop.set)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        listener = socket.create_server((host, port), family=family, backlog=1024)
-    except OSError as exc:
-        logger.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+    stop = stop_on_signals(loop)
+    listener = listen(host, port, logger)
+    if listener is None:
         return 1
     server = await loop.create_server(lambda: Connection(app.handle), sock=listener)
     logger.info("listening on %s:%d", host, listener.getsockname()[1])

@@ -14,12 +14,10 @@ import asyncio
 import logging
 import os
 import shutil
-import signal
-import socket
 import tempfile
 from pathlib import Path
 
-from executor._http import Connection
+from executor._http import Connection, listen, stop_on_signals
 from executor.interpreter._backend import Backend, BackendFactory
 from executor.interpreter._contexts import Contexts
 from executor.interpreter._envd import EnvdClient
@@ -78,14 +76,9 @@ def backend_factory(runtime: Path, node: str) -> BackendFactory:
 
 async def _serve(host: str, port: int, service: Service, contexts: Contexts, *, prestart: bool) -> int:
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, stop.set)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        listener = socket.create_server((host, port), family=family, backlog=1024)
-    except OSError as exc:
-        logger.error("cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+    stop = stop_on_signals(loop)
+    listener = listen(host, port, logger)
+    if listener is None:
         return 1
     if prestart:
         contexts.prestart("python")  # most executions are Python: have its kernel ready before the first one
