@@ -21,7 +21,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from pool._errors import PoolError
@@ -30,7 +30,7 @@ from pool._runtime import ExecutorInit, SandboxSpec
 from pool._templates import Template
 from pool._warm_state import TemplatePool, WarmPoolStats, resolve_targets
 
-__all__ = ["WarmPoolStats", "WarmPools", "WarmRuntime"]
+__all__ = ["WarmPoolStats", "WarmPools", "WarmRuntime", "apply_claim_init"]
 
 _log = logging.getLogger("pool.warm")
 
@@ -236,22 +236,38 @@ class WarmPools:
 
     async def _adopt(self, sandbox_id: str, init: ExecutorInit) -> bool:
         """Apply the claimer's init to a warm sandbox over a fresh socket; a sandbox that fails is stopped."""
-        try:
-            async with asyncio.timeout(self._claim_timeout):
-                # Warm sandboxes start without a token, so the current token is None.
-                await post_init(await self._runtime.open_socket(sandbox_id, ENVD_PORT), init, None)
-        except (PoolError, TimeoutError) as exc:
-            _log.warning("warm sandbox %s did not take its init, stopping it: %s", sandbox_id, exc)
-            await self._stop(sandbox_id)
-            return False
-        except asyncio.CancelledError:
-            # The claimer went away mid-init: nobody will own this sandbox, and its init may be half applied.
-            await asyncio.shield(self._stop(sandbox_id))
-            raise
-        return True
+        return await apply_claim_init(
+            lambda: self._runtime.open_socket(sandbox_id, ENVD_PORT), init, within=self._claim_timeout,
+            discard=lambda: self._stop(sandbox_id), what=f"warm sandbox {sandbox_id}", log=_log,
+        )  # fmt: skip
 
     async def _stop(self, sandbox_id: str) -> None:
         try:
             await self._runtime.stop(sandbox_id)
         except PoolError as exc:
             _log.warning("warm sandbox %s: could not stop it: %s", sandbox_id, exc)
+
+
+async def apply_claim_init(
+    open_socket: Callable[[], Awaitable[socket.socket]],
+    init: ExecutorInit,
+    *,
+    within: float,
+    discard: Callable[[], Awaitable[None]],
+    what: str,
+    log: logging.Logger,
+) -> bool:
+    """Apply a claimer's `init` to a warm executor (of any kind of warm pool) within `within` seconds; False, and
+    `discard()` called, when it fails. Warm executors start without a token, so the current token is None."""
+    try:
+        async with asyncio.timeout(within):
+            await post_init(await open_socket(), init, None)
+    except (PoolError, TimeoutError) as exc:
+        log.warning("%s did not take its init, discarding it: %s", what, exc)
+        await discard()
+        return False
+    except asyncio.CancelledError:
+        # The claimer went away mid-init: nobody will own it, and its init may be half applied.
+        await asyncio.shield(discard())
+        raise
+    return True

@@ -21,7 +21,6 @@ from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._calls import delete
 from pool._kube._manifest import ID_LABEL, ROLE_LABEL, ReplicaSet
-from pool._runtime import SnapshotInfo
 
 __all__ = ["ARCHIVE_LIMIT", "CHUNK_BYTES", "CLEARED_RECORD", "ArchiveRecord", "ArchiveStore"]
 
@@ -65,9 +64,6 @@ class ArchiveRecord(msgspec.Struct, frozen=True, kw_only=True):
             SNAPSHOT: "filesystem", _CHUNKS: str(self.chunks), _BYTES: str(self.size), _SHA256: self.sha256,
             _SECONDS: f"{self.seconds:.3f}",
         }  # fmt: skip
-
-    def info(self) -> SnapshotInfo:
-        return SnapshotInfo(kind="filesystem", seconds=self.seconds, image_bytes=self.size)
 
 
 class _Name(msgspec.Struct, frozen=True, kw_only=True):

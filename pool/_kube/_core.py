@@ -35,16 +35,15 @@ from pool._kube._census import ProcessCensus, template_only
 from pool._kube._manifest import ReplicaSet, replica_set, replica_set_name
 from pool._kube._metrics import read_metrics
 from pool._kube._pods import PodWatch
-from pool._kube._pool_manifest import runs_claimed_warm_pod
+from pool._kube._pool_manifest import MERGE_PATCH, runs_claimed_warm_pod
 from pool._kube._replicasets import ReplicaSetWatch, is_running
-from pool._runtime import SandboxSpec, SandboxStats
+from pool._runtime import ExecutorInit, SandboxSpec, SandboxStats
 from pool._template_start import Connect, bring_up
 
 __all__ = ["KubeSandboxes", "KubeSettings"]
 
 _log = logging.getLogger("pool.kubernetes")
 _replica_set = msgspec.json.Decoder(ReplicaSet)
-_MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,6 +62,20 @@ class KubeSettings(msgspec.Struct, frozen=True, kw_only=True):
     archive_limit: int = ARCHIVE_LIMIT  # compressed bytes of working directory a snapshot keeps at most
     service_account: str | None = None  # the sandbox pods' ServiceAccount (None: the namespace's default)
 
+    @property
+    def replica_sets_path(self) -> str:
+        return f"/apis/apps/v1/namespaces/{self.namespace}/replicasets"
+
+    @property
+    def executor_args(self) -> tuple[str, ...]:
+        """The executor's arguments for `sandbox_user`: of sandbox pods and warm pool pods alike."""
+        return ("--default-user", self.sandbox_user) if self.sandbox_user else ()
+
+    def as_sandbox_user(self, init: ExecutorInit) -> ExecutorInit:
+        """`init` with `sandbox_user` over the template's user (and its workdir, which may be that user's)."""
+        user = self.sandbox_user
+        return msgspec.structs.replace(init, default_user=user, default_workdir=None) if user else init
+
 
 class KubeSandboxes:
     """Starts, pauses, reaches and stops the sandboxes of one namespace."""
@@ -70,7 +83,7 @@ class KubeSandboxes:
     def __init__(self, api: KubeApi, settings: KubeSettings) -> None:
         self._api = api
         self._settings = settings
-        self._rs_path = f"/apis/apps/v1/namespaces/{settings.namespace}/replicasets"
+        self._rs_path = settings.replica_sets_path
         self._pods = PodWatch(api, settings.namespace)
         self._sets = ReplicaSetWatch(api, settings.namespace)
         self._census = ProcessCensus(max_age=settings.census_max_age)
@@ -102,7 +115,7 @@ class KubeSandboxes:
         spec = self._as_sandbox_user(spec)
         await self._watch()
         body = replica_set(
-            spec, image_prefix=self._settings.image_prefix, executor_args=self._executor_args(),
+            spec, image_prefix=self._settings.image_prefix, executor_args=self._settings.executor_args,
             service_account=self._settings.service_account,
         )  # fmt: skip
         try:
@@ -124,9 +137,9 @@ class KubeSandboxes:
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         """Delete the ReplicaSet; the garbage collector deletes its pod and archive (`keep_files` is moot)."""
         await self._watch()
-        self._tokens.pop(sandbox_id, None)
-        self._census.forget(sandbox_id)
         await delete(self._api, self._rs_url(sandbox_id), params={"propagationPolicy": "Background"})
+        self._tokens.pop(sandbox_id, None)  # kept while the sandbox may still be there: a failed stop is retried
+        self._census.forget(sandbox_id)
         gone = f"the ReplicaSet of sandbox {sandbox_id} to go"
         await self._sets.wait(lambda: self._sets.get(sandbox_id) is None, self._settings.stop_timeout, gone)
         await self._delete_pods(sandbox_id)
@@ -144,7 +157,7 @@ class KubeSandboxes:
         with self._token_hint(sandbox_id):
             await freeze(sock, self._token(sandbox_id))
         try:
-            keeps = await template_only(await self.open_socket(sandbox_id, EXECUTOR_PORT), self._token(sandbox_id))
+            keeps = await self._take_census(sandbox_id)
         except RuntimeFailure as exc:
             _log.info("sandbox %s: frozen, but its processes could not be listed: %s", sandbox_id, exc)
             self._census.forget(sandbox_id)
@@ -193,16 +206,16 @@ class KubeSandboxes:
                 if exc.status != 404:
                     raise
         if found is None or found.deleting:
-            raise SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}")
+            raise self._gone(sandbox_id)
         return found
 
     async def _patch(self, sandbox_id: str, patch: dict[str, Any]) -> None:
         """A JSON merge patch of the sandbox's ReplicaSet; SandboxGone when it is gone."""
         try:
-            await self._api.call("PATCH", self._rs_url(sandbox_id), body=patch, content_type=_MERGE_PATCH)
+            await self._api.call("PATCH", self._rs_url(sandbox_id), body=patch, content_type=MERGE_PATCH)
         except KubeApiError as exc:
             if exc.status == 404:
-                raise SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}") from exc
+                raise self._gone(sandbox_id) from exc
             raise
 
     async def _settle(self, sandbox_id: str, state: Callable[[ReplicaSet], bool], what: str) -> None:
@@ -213,6 +226,9 @@ class KubeSandboxes:
             return found is not None and state(found)
 
         await self._sets.wait(reached, self._settings.stop_timeout, f"sandbox {sandbox_id}: {what}")
+
+    def _gone(self, sandbox_id: str) -> SandboxGone:
+        return SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}")
 
     def _rs_url(self, sandbox_id: str) -> str:
         return f"{self._rs_path}/{replica_set_name(sandbox_id)}"
@@ -242,14 +258,12 @@ class KubeSandboxes:
         except RuntimeFailure as exc:
             _log.warning("could not remove sandbox %s after its failed start: %s", sandbox_id, exc)
 
-    def _executor_args(self) -> tuple[str, ...]:
-        user = self._settings.sandbox_user
-        return ("--default-user", user) if user else ()
-
     def _as_sandbox_user(self, spec: SandboxSpec) -> SandboxSpec:
         user = self._settings.sandbox_user
         if user is None:
             return spec
-        init = msgspec.structs.replace(spec.init, default_user=user, default_workdir=None)
         template = msgspec.structs.replace(spec.template, user=user)
-        return msgspec.structs.replace(spec, init=init, template=template)
+        return msgspec.structs.replace(spec, init=self._settings.as_sandbox_user(spec.init), template=template)
+
+    async def _take_census(self, sandbox_id: str) -> bool:
+        return await template_only(await self.open_socket(sandbox_id, EXECUTOR_PORT), self._token(sandbox_id))

@@ -46,7 +46,6 @@ from pool._errors import RuntimeFailure, SandboxGone
 from pool._executor_client import EXECUTOR_PORT, download_archive, post_init, upload_archive
 from pool._kube._api import KubeApi
 from pool._kube._archive import CLEARED_RECORD, ArchiveRecord, ArchiveStore
-from pool._kube._census import template_only
 from pool._kube._connection import in_cluster, load_kubeconfig
 from pool._kube._core import KubeSandboxes, KubeSettings
 from pool._kube._manifest import ReplicaSet
@@ -87,7 +86,7 @@ class KubernetesRuntime(KubeSandboxes):
         if self._sets.snapshotted(sandbox_id):
             return True
         if not self._sets.running(sandbox_id):
-            raise SandboxGone(f"no sandbox {sandbox_id} in namespace {self._settings.namespace}")
+            raise self._gone(sandbox_id)
         return self._census.answer(sandbox_id, lambda: self._take_census(sandbox_id))
 
     def is_snapshotted(self, sandbox_id: str) -> bool:
@@ -210,9 +209,6 @@ class KubernetesRuntime(KubeSandboxes):
                 await self._delete_pods(sandbox_id)  # a claimed warm pod the ReplicaSet did not adopt
             except RuntimeFailure as exc:
                 _log.warning("sandbox %s: could not scale it back to zero after a failed restore: %s", sandbox_id, exc)
-
-    async def _take_census(self, sandbox_id: str) -> bool:
-        return await template_only(await self.open_socket(sandbox_id, EXECUTOR_PORT), self._token(sandbox_id))
 
 
 def open_kube_runtime(

@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from pool._errors import PoolError, RuntimeFailure
-from pool._executor_client import EXECUTOR_PORT, post_init
+from pool._errors import RuntimeFailure
+from pool._executor_client import EXECUTOR_PORT
 from pool._kube._api import KubeApi
 from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
@@ -38,6 +38,7 @@ from pool._kube._warm_keeper import PoolKeeper
 from pool._kube._warm_pods import PodCalls, PoolPods
 from pool._runtime import ExecutorInit
 from pool._templates import Template
+from pool._warm import apply_claim_init
 from pool._warm_state import PoolCounters, WarmPoolStats, resolve_targets
 
 __all__ = ["KubeWarmPools"]
@@ -75,7 +76,7 @@ class KubeWarmPools:
         self._settings = settings
         self._new_id = new_id
         self._claim_timeout = claim_timeout
-        self._rs_path = f"/apis/apps/v1/namespaces/{settings.namespace}/replicasets"
+        self._rs_path = settings.replica_sets_path
         self._figures = {name: PoolCounters(target) for name, target in resolved.items()}
         self._pods = PoolPods(api, settings.namespace, self._pods_changed)
         self._calls = PodCalls(api, settings.namespace)
@@ -92,7 +93,7 @@ class KubeWarmPools:
     async def claim(self, template: str, init: ExecutorInit) -> str | None:
         """Move the oldest warm-ready pod of `template` into a new sandbox with `init`; its id, or None at once
         when none is ready (or the cluster cannot be reached: the caller's cold start reports that)."""
-        pod = await self._claim(template, "", self._as_sandbox_user(init))
+        pod = await self._claim(template, "", self._settings.as_sandbox_user(init))
         return None if pod is None else pod.metadata.labels[ID_LABEL]
 
     async def claim_for(self, template: str, sandbox_id: str) -> str | None:
@@ -183,23 +184,11 @@ class KubeWarmPools:
 
     async def _apply_init(self, pod: WarmPod, init: ExecutorInit) -> bool:
         """Apply the claimer's init to the adopted pod's executor; a pod that fails it is deleted."""
-        try:
-            async with asyncio.timeout(self._claim_timeout):
-                sock = await connect(pod.status.pod_ip, EXECUTOR_PORT, self._claim_timeout, f"warm pod {pod.name}")
-                await post_init(sock, init, None)  # warm pods start without a token
-        except (PoolError, TimeoutError) as exc:
-            _log.warning("warm pod %s did not take its init, deleting it: %s", pod.name, exc)
-            await self._calls.delete_quietly(pod.name)
-            return False
-        except asyncio.CancelledError:  # the claimer went away mid-init: nobody will own this pod
-            await asyncio.shield(self._calls.delete_quietly(pod.name))
-            raise
-        return True
-
-    def _as_sandbox_user(self, init: ExecutorInit) -> ExecutorInit:
-        """As `KubernetesRuntime` does: the runtime's user override wins over the template's."""
-        user = self._settings.sandbox_user
-        return msgspec.structs.replace(init, default_user=user, default_workdir=None) if user else init
+        what = f"warm pod {pod.name}"
+        return await apply_claim_init(
+            lambda: connect(pod.status.pod_ip, EXECUTOR_PORT, self._claim_timeout, what), init,
+            within=self._claim_timeout, discard=lambda: self._calls.delete_quietly(pod.name), what=what, log=_log,
+        )  # fmt: skip
 
     def _pods_changed(self) -> None:
         names = {pod.name for pod in self._pods.every()}

@@ -78,7 +78,7 @@ class PoolKeeper:
         self._on_change = on_change
         self._warm_timeout = warm_timeout
         self._backoff = backoff
-        self._rs_path = f"/apis/apps/v1/namespaces/{settings.namespace}/replicasets"
+        self._rs_path = settings.replica_sets_path
         # Pod name -> the task warming (or deleting a stale) pod; added by `run`, removed as the task ends.
         self._busy: dict[str, asyncio.Task[None]] = {}
         self._next_sweep = 0.0  # monotonic time of the next look for orphans; `run`'s
@@ -125,16 +125,17 @@ class PoolKeeper:
                 delay = min(delay * 2, self._backoff[1])
 
     async def _ensure_pool(self, template: Template, target: int) -> None:
-        user = self._settings.sandbox_user
-        args = ("--default-user", user) if user else ()
         body = pool_replica_set(
-            template, target, image_prefix=self._settings.image_prefix, executor_args=args,
+            template, target, image_prefix=self._settings.image_prefix, executor_args=self._settings.executor_args,
             service_account=self._settings.service_account,
         )  # fmt: skip
         path = f"{self._rs_path}/{pool_name(template.name)}"
-        if target == 0:  # scale an earlier pool down, if there is one
-            with contextlib.suppress(KubeApiError):
+        if target == 0:  # scale an earlier pool down, if there is one (a failure is retried, as a create's is)
+            try:
                 await self._api.call("PATCH", path, body={"spec": {"replicas": 0}}, content_type=MERGE_PATCH)
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
             return
         try:
             await self._api.call("POST", self._rs_path, body=body)
@@ -211,9 +212,8 @@ class PoolKeeper:
 
     def _warm_spec(self, template: Template) -> SandboxSpec:
         """What `bring_up` needs for warming: the template's env, its user, and no access token."""
-        workdir = None if self._settings.sandbox_user else template.workdir
-        init = ExecutorInit(env_vars=dict(template.env), default_user=template.user, default_workdir=workdir)
-        return SandboxSpec(sandbox_id=template.name, template=template, init=init)
+        init = ExecutorInit(env_vars=dict(template.env), default_user=template.user, default_workdir=template.workdir)
+        return SandboxSpec(sandbox_id=template.name, template=template, init=self._settings.as_sandbox_user(init))
 
     def _connector(self, pod: WarmPod) -> Connect:
         ip, what = pod.status.pod_ip, f"warm pod {pod.name}"
