@@ -144,12 +144,9 @@ class KubeStore:
     async def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record in any state, or None."""
         with _store_errors(f"read sandbox {sandbox_id}"):
-            try:
-                secret = _decode_secret(await self._api.call("GET", f"{self._path}/{record_secret_name(sandbox_id)}"))
-            except KubeApiError as exc:
-                if exc.status == 404:
-                    return None
-                raise
+            secret = await self._read(record_secret_name(sandbox_id))
+            if secret is None:
+                return None
             self._remember(sandbox_id, secret)
             return _record_of(secret)
 
@@ -264,12 +261,16 @@ class KubeStore:
 
     async def _keys_secret(self) -> _Secret | None:
         with _store_errors("read the API keys"):
-            try:
-                return _decode_secret(await self._api.call("GET", f"{self._path}/{KEYS_SECRET}"))
-            except KubeApiError as exc:
-                if exc.status == 404:
-                    return None
-                raise
+            return await self._read(KEYS_SECRET)
+
+    async def _read(self, name: str) -> _Secret | None:
+        """The Secret named `name`, or None if there is none."""
+        try:
+            return _decode_secret(await self._api.call("GET", f"{self._path}/{name}"))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     async def _write(self, secret: _Secret, version: str | None) -> _Secret:
         """Create `secret` (no `version`) or replace it under `version`; the stored object."""
@@ -281,12 +282,8 @@ class KubeStore:
         return _decode_secret(await self._api.call("PUT", f"{self._path}/{secret.metadata.name}", body=body))
 
     async def _version_of(self, name: str) -> str | None:
-        try:
-            return _decode_secret(await self._api.call("GET", f"{self._path}/{name}")).metadata.resource_version
-        except KubeApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        secret = await self._read(name)
+        return None if secret is None else secret.metadata.resource_version
 
     async def _list(self, selector: str) -> list[tuple[SandboxRecord, _Secret]]:
         """The records selected (quorum reads: a record just written is listed); unreadable ones are skipped."""

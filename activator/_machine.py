@@ -77,6 +77,8 @@ class SandboxMachine:
         # the tasks doing it (kept so they are not collected mid-flight).
         self._refreshing: set[str] = set()
         self._refreshes: set[asyncio.Task[None]] = set()
+        # Ids the store did not know when last asked -> monotonic time of that read (`load`); bounded.
+        self._absent: dict[str, float] = {}
 
     @property
     def live(self) -> Mapping[str, SandboxRecord]:
@@ -114,11 +116,22 @@ class SandboxMachine:
 
     async def load(self, sandbox_id: str) -> SandboxRecord | None:
         """The sandbox's live record, read from the store when this replica has not heard of it yet (a sandbox
-        another replica created a moment ago); None when it is unknown or killed."""
+        another replica created a moment ago); None when it is unknown or killed.
+
+        An id the store did not know is not asked for again within `_ABSENT_SECONDS` (until a notice names it):
+        requests for made-up hostnames must not each cost a read of the store (on Kubernetes, the API server).
+        """
         record = self._live.get(sandbox_id)
-        if record is None and self._coordinator.shared:
-            async with self._lock(sandbox_id):
-                record = await self._reload(sandbox_id)
+        if record is not None or not self._coordinator.shared:
+            return record
+        missed = self._absent.get(sandbox_id)
+        if missed is not None and time.monotonic() - missed < _ABSENT_SECONDS:
+            return None
+        record = await self.reread(sandbox_id)
+        if record is None:
+            if len(self._absent) >= _ABSENT_KEPT:
+                self._absent.clear()
+            self._absent[sandbox_id] = time.monotonic()
         return record
 
     @property
@@ -133,6 +146,7 @@ class SandboxMachine:
 
     def changed_elsewhere(self, sandbox_id: str) -> None:
         """Another replica changed the sandbox: re-read its record (the coordinator's subscriber calls this)."""
+        self._absent.pop(sandbox_id, None)
         if sandbox_id in self._refreshing:
             return
         self._refreshing.add(sandbox_id)
@@ -159,8 +173,14 @@ class SandboxMachine:
             return None
         if self._live.get(sandbox_id) != record:
             self._live[sandbox_id] = record
-            self._runtime.note_spec(self.spec_for(record))
+            self._note_spec(record)
         return record
+
+    def _note_spec(self, record: SandboxRecord) -> None:
+        """Tell the runtime how to reach the sandbox's executor (a record of a template no longer configured
+        has nothing to tell: its sandbox can only be killed)."""
+        if record.template in self._catalog.templates:
+            self._runtime.note_spec(self.spec_for(record))
 
     async def _carry_out(self, step: Step, intent: Intent) -> Step:
         await self._store.put(step.record)
@@ -183,7 +203,7 @@ class SandboxMachine:
         records = await self._store.live()
         self._live.update((record.id, record) for record in records)
         for record in records:
-            self._runtime.note_spec(self.spec_for(record))
+            self._note_spec(record)
         if self._coordinator.shared:
             # Other replicas are mid-transition on some of these right now, so facts read here may be stale: a
             # replica that joins only loads the records. Sandboxes are in the cluster, not in a crashed process.
@@ -294,6 +314,8 @@ def _annotations(record: SandboxRecord) -> dict[str, str]:
 
 
 _json = msgspec.json.Encoder().encode
+_ABSENT_SECONDS = 1.0  # how long an id the store did not know is taken as unknown without asking again
+_ABSENT_KEPT = 10_000  # at most this many such ids are remembered (then forgotten all at once)
 _OPERATIONS = {"start": "cold_start", "thaw": "resume", "restore": "resume", "freeze": "pause", "snapshot": "snapshot"}
 
 

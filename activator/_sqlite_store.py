@@ -90,10 +90,7 @@ class SqliteStore:
         count: int,
         keep: Callable[[SandboxRecord], bool],
     ) -> list[SandboxRecord]:
-        """Up to `count` of `owner`'s records in `states` for which `keep` holds, in creation order after `after`.
-
-        `keep` runs on the store's thread, so it must only look at the record.
-        """
+        """As `Store.page`; `keep` runs on the store's thread."""
         sql, params = _page_query(owner, states, order, after)
 
         def scan(conn: sqlite3.Connection) -> list[SandboxRecord]:

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
 from gateway._settings import ServeSettings
@@ -33,53 +34,43 @@ def _env_warm() -> list[tuple[str, int]]:
     return [_warm_target(item) for item in value.split(",") if item]
 
 
+def _env_option(
+    parser: argparse.ArgumentParser, flag: str, default: object, help: str | None = None, **more: Any
+) -> None:
+    """Add `flag`, defaulting to env AGENT_SANDBOX_<FLAG> when that is set, else to `default`."""
+    parser.add_argument(flag, default=_env_default(flag.removeprefix("--"), default), help=help, **more)
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    defaults = ServeSettings()
-    parser.add_argument(
-        "--data-dir", type=Path, default=_env_default("data_dir", defaults.data_dir),
-        help="state: database, API key file, sandbox directories (env AGENT_SANDBOX_DATA_DIR; default %(default)s)",
-    )  # fmt: skip
+    # fmt: off
+    _env_option(parser, "--data-dir", ServeSettings().data_dir, type=Path,
+        help="state: database, API key file, sandbox directories (env AGENT_SANDBOX_DATA_DIR; default %(default)s)")
+    # fmt: on
 
 
 def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
-    serve.add_argument(
-        "--runtime", choices=["local", "kubernetes"], default=_env_default("runtime", defaults.runtime),
-        help="where sandboxes run: this machine, or ReplicaSets in a Kubernetes namespace (default %(default)s)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--kubeconfig", type=Path, default=_env_default("kubeconfig", None),
-        help="kubernetes: the kubeconfig to use (default: in-cluster, the pod's ServiceAccount)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--namespace", default=_env_default("namespace", None),
-        help="kubernetes: the namespace of the sandboxes (default: the kubeconfig's or the pod's, else 'default')",
-    )  # fmt: skip
-    serve.add_argument(
-        "--kube-sandbox-user", choices=["user", "root"], default=_env_default("kube_sandbox_user", None),
-        help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--kube-sandbox-service-account", default=_env_default("kube_sandbox_service_account", None), metavar="NAME",
-        help="kubernetes: the ServiceAccount of sandbox pods (default: the namespace's; no token is mounted)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--api-key-secret", default=_env_default("api_key_secret", None), metavar="NAME",
-        help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key",
-    )  # fmt: skip
-    serve.add_argument(
-        "--redis-url", default=_env_default("redis_url", None), metavar="URL",
+    # fmt: off
+    _env_option(serve, "--runtime", defaults.runtime, choices=["local", "kubernetes"],
+        help="where sandboxes run: this machine, or ReplicaSets in a Kubernetes namespace (default %(default)s)")
+    _env_option(serve, "--kubeconfig", None, type=Path,
+        help="kubernetes: the kubeconfig to use (default: in-cluster, the pod's ServiceAccount)")
+    _env_option(serve, "--namespace", None,
+        help="kubernetes: the namespace of the sandboxes (default: the kubeconfig's or the pod's, else 'default')")
+    _env_option(serve, "--kube-sandbox-user", None, choices=["user", "root"],
+        help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)")
+    _env_option(serve, "--kube-sandbox-service-account", None, metavar="NAME",
+        help="kubernetes: the ServiceAccount of sandbox pods (default: the namespace's; no token is mounted)")
+    _env_option(serve, "--api-key-secret", None, metavar="NAME",
+        help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key")
+    _env_option(serve, "--redis-url", None, metavar="URL",
         help="run as one of several replicas sharing this Redis (route cache, activation locks, activity); "
-        "without it this replica works alone",
-    )  # fmt: skip
-    serve.add_argument(
-        "--replica-id", default=_env_default("replica_id", defaults.replica_id),
-        help="this replica's name among the others (default: $POD_NAME, else host name and pid)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--lease-duration", type=float, default=_env_default("lease_duration", defaults.lease_duration), metavar="S",
+        "without it this replica works alone")
+    _env_option(serve, "--replica-id", defaults.replica_id,
+        help="this replica's name among the others (default: $POD_NAME, else host name and pid)")
+    _env_option(serve, "--lease-duration", defaults.lease_duration, type=float, metavar="S",
         help="kubernetes: seconds before another replica takes over the background loops of a dead leader "
-        "(default %(default)s)",
-    )  # fmt: skip
+        "(default %(default)s)")
+    # fmt: on
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,51 +81,33 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run gateway, activator and pool in one process")
-    serve.add_argument(
-        "--host", default=_env_default("host", defaults.host), help="listen address (default %(default)s)"
-    )
-    serve.add_argument(
-        "--port", type=int, default=_env_default("port", defaults.port), help="listen port (default %(default)s)"
-    )
-    serve.add_argument(
-        "--domain", default=_env_default("domain", defaults.domain),
-        help="sandbox hostnames are <port>-<id>.<domain> (default %(default)s)",
-    )  # fmt: skip
+    # fmt: off
+    _env_option(serve, "--host", defaults.host, help="listen address (default %(default)s)")
+    _env_option(serve, "--port", defaults.port, type=int, help="listen port (default %(default)s)")
+    _env_option(serve, "--domain", defaults.domain,
+        help="sandbox hostnames are <port>-<id>.<domain> (default %(default)s)")
     _add_common(serve)
-    serve.add_argument(
-        "--image-cache", type=Path, default=_env_default("image_cache", defaults.image_cache),
-        help="where built template layers are kept (default %(default)s)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--templates", type=Path, default=_env_default("templates", defaults.templates),
-        help="directory of template files (default: the templates shipped with agent-sandbox)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--tls-cert", type=Path, default=_env_default("tls_cert", None),
-        help="serve HTTPS with this PEM certificate chain (for the E2B_DOMAIN recipe: a wildcard for *.<domain>)",
-    )  # fmt: skip
-    serve.add_argument("--tls-key", type=Path, default=_env_default("tls_key", None), help="its PEM private key")
-    serve.add_argument("--log-level", default=_env_default("log_level", defaults.log_level), help="default %(default)s")
-    serve.add_argument(
-        "--pause-after", type=float, default=_env_default("pause_after", None), metavar="S",
-        help="freeze sandboxes idle for S seconds, whatever their template says (0: never)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--snapshot-after", type=float, default=_env_default("snapshot_after", None), metavar="S",
-        help="snapshot sandboxes idle for S seconds to zero, whatever their template says (0: never)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--max-held", type=int, default=_env_default("max_held", defaults.max_held),
-        help="requests held at once for waking sandboxes; past it 503 + Retry-After (default %(default)s)",
-    )  # fmt: skip
+    _env_option(serve, "--image-cache", defaults.image_cache, type=Path,
+        help="where built template layers are kept (default %(default)s)")
+    _env_option(serve, "--templates", defaults.templates, type=Path,
+        help="directory of template files (default: the templates shipped with agent-sandbox)")
+    _env_option(serve, "--tls-cert", None, type=Path,
+        help="serve HTTPS with this PEM certificate chain (for the E2B_DOMAIN recipe: a wildcard for *.<domain>)")
+    _env_option(serve, "--tls-key", None, type=Path, help="its PEM private key")
+    _env_option(serve, "--log-level", defaults.log_level, help="default %(default)s")
+    _env_option(serve, "--pause-after", None, type=float, metavar="S",
+        help="freeze sandboxes idle for S seconds, whatever their template says (0: never)")
+    _env_option(serve, "--snapshot-after", None, type=float, metavar="S",
+        help="snapshot sandboxes idle for S seconds to zero, whatever their template says (0: never)")
+    _env_option(serve, "--max-held", defaults.max_held, type=int,
+        help="requests held at once for waking sandboxes; past it 503 + Retry-After (default %(default)s)")
     serve.add_argument(
         "--warm", type=_warm_target, action="append", default=_env_warm(), metavar="TEMPLATE=N",
         help="keep N started sandboxes of TEMPLATE ready for creates (repeatable; env AGENT_SANDBOX_WARM=a=1,b=2)",
-    )  # fmt: skip
-    serve.add_argument(
-        "--hold-deadline", type=float, default=_env_default("hold_deadline", defaults.hold_deadline),
-        help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)",
-    )  # fmt: skip
+    )
+    _env_option(serve, "--hold-deadline", defaults.hold_deadline, type=float,
+        help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)")
+    # fmt: on
     _add_runtime(serve, defaults)
 
     keys = commands.add_parser("keys", help="create, list and revoke API keys")
@@ -158,8 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     image_commands = images.add_subparsers(dest="images_command", required=True)
     build = image_commands.add_parser("build", help="build the layers of the named templates (default: all)")
     build.add_argument("names", nargs="*")
-    build.add_argument("--image-cache", type=Path, default=_env_default("image_cache", defaults.image_cache))
-    build.add_argument("--templates", type=Path, default=_env_default("templates", defaults.templates))
+    _env_option(build, "--image-cache", defaults.image_cache, type=Path)
+    _env_option(build, "--templates", defaults.templates, type=Path)
     add_deploy_arguments(commands.add_parser("deploy", help=DEPLOY_HELP))
     return parser
 
