@@ -7,22 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.server_fixtures import RunningServer, running_server
+from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    data_dir = tmp_path_factory.mktemp("server") / "data"
-    with running_server(data_dir) as running:
+    with server_in_temp_dir(tmp_path_factory, "server") as running:
         yield running
 
 
 @pytest.fixture
 def e2b_env(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> RunningServer:
     """Point the E2B SDK at the session's server (plain-HTTP single-host recipe)."""
-    for name, value in server.e2b_env().items():
-        monkeypatch.setenv(name, value)
-    return server
+    return point_e2b_at(server, monkeypatch)
 
 
 @pytest.fixture

@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
-__all__ = ["RunningServer", "free_port", "running_server"]
+__all__ = ["RunningServer", "free_port", "point_e2b_at", "running_server", "server_in_temp_dir", "stop_process"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,6 +46,24 @@ class RunningServer:
         if self.process.poll() is None:
             self.process.send_signal(sig)
         return self.process.wait(timeout)
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 20.0) -> None:
+    """SIGTERM a still-running process, and SIGKILL it if it has not exited within `timeout` seconds."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def point_e2b_at(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> RunningServer:
+    """Point the E2B SDK at `server` (plain-HTTP single-host recipe) for the rest of the test."""
+    for name, value in server.e2b_env().items():
+        monkeypatch.setenv(name, value)
+    return server
 
 
 def _wait_healthy(url: str, process: subprocess.Popen[str], timeout: float, verify: ssl.SSLContext | bool) -> None:
@@ -85,13 +105,7 @@ def running_server(
         api_key = environ.get("AGENT_SANDBOX_API_KEY") or key_file.read_text().strip()
         yield RunningServer(process, port, data_dir, api_key, url)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process)
         log.close()
         _kill_leftover_sandboxes(data_dir)
 
@@ -99,3 +113,10 @@ def running_server(
 def _kill_leftover_sandboxes(data_dir: Path) -> None:
     """Sandboxes outlive a stopped server by design; tests must not leave them behind."""
     subprocess.run([sys.executable, "-m", "gateway", "cleanup", "--data-dir", str(data_dir)], cwd=REPO, check=False)
+
+
+@contextmanager
+def server_in_temp_dir(factory: pytest.TempPathFactory, name: str, *args: str) -> Iterator[RunningServer]:
+    """`running_server(*args)` on a fresh data directory under a temporary directory named after `name`."""
+    with running_server(factory.mktemp(name) / "data", *args) as server:
+        yield server

@@ -83,6 +83,17 @@ async def serving(app: ASGIApp) -> AsyncIterator[int]:
         await task
 
 
+def replying(reply: bytes) -> StreamHandler:
+    """A raw upstream handler that reads one request head, writes `reply` as it is, and hangs up."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(reply)
+        writer.close()
+
+    return handler
+
+
 @asynccontextmanager
 async def raw_serving(handler: StreamHandler) -> AsyncIterator[int]:
     """Serves a raw stream handler (an upstream that does not speak proper HTTP)."""
@@ -305,13 +316,8 @@ def test_twenty_mib_bodies_stream_both_ways_without_being_buffered_whole() -> No
     ],
 )
 def test_unusually_framed_responses_reach_the_client_whole(reply: bytes, status: int, body: bytes) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(reply)
-        writer.close()
-
     async def scenario() -> None:
-        async with raw_serving(handler) as upstream, running_gateway(upstream) as gw, client() as http:
+        async with raw_serving(replying(reply)) as upstream, running_gateway(upstream) as gw, client() as http:
             response = await http.get(gw.url + "/", headers=ROUTED)
         assert (response.status_code, response.content) == (status, body)
 
@@ -418,13 +424,8 @@ def test_refused_connection_answers_502_port_is_not_open() -> None:
 
 @pytest.mark.parametrize("reply", [b"SPAM SPAM SPAM\r\n\r\n", b""], ids=["garbage", "hang-up"])
 def test_upstream_that_does_not_answer_http_answers_502_json(reply: bytes) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(reply)
-        writer.close()
-
     async def scenario() -> None:
-        async with raw_serving(handler) as upstream, running_gateway(upstream) as gw, client() as http:
+        async with raw_serving(replying(reply)) as upstream, running_gateway(upstream) as gw, client() as http:
             response = await http.get(gw.url + "/", headers=ROUTED)
         assert response.status_code == 502
         assert response.json()["sandboxId"] == "abc123"

@@ -48,6 +48,7 @@ def test_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
     sbx = Sandbox.create(timeout=200, api_key=server.api_key, api_url=server.url, sandbox_url=server.url)
     try:
         sbx.files.write("idle.txt", "kept while idle")  # relative: the sandbox's working directory
+        assert not _paused(server)  # so the wait below sees the idle pause happen
         wait_for(lambda: _paused(server), what="the idle pause", timeout=PAUSE_AFTER + 20)
         assert _replicas(kube, kube_namespace, sbx.sandbox_id) == "1"  # paused in its pod: memory kept
         wait_for(
@@ -63,5 +64,6 @@ def test_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
         assert woke.status_code == 204
         assert _replicas(kube, kube_namespace, sbx.sandbox_id) == "1"
         assert sbx.files.read("idle.txt") == "kept while idle"
+        assert sandboxes_by_state(server).get("running") == 1  # woken, not left snapshotted
     finally:
         sbx.kill()

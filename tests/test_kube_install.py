@@ -17,7 +17,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import tomllib
@@ -35,7 +34,7 @@ from pool import load_templates
 from pool._kube_dev._convention import is_sandbox_image
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, wait_for
-from tests.server_fixtures import REPO, free_port
+from tests.server_fixtures import REPO, free_port, stop_process
 
 kube = kube_fixtures.kube  # the session's cluster (pytest finds fixtures by the names a module binds)
 
@@ -504,12 +503,7 @@ def _serving(argv: list[str], env: dict[str, str], log: Path, url: str) -> Itera
             wait_for(healthy, what="the gateway to answer /health", timeout=90)
             yield
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
 
 
 def _warm_ready_pods(admin: httpx.Client, ns: str) -> list[str]:

@@ -111,6 +111,7 @@ def test_the_other_takes_over_at_once_when_the_leader_releases(kube: Kube, kube_
             await until(lambda: a.election.is_leader, what="a leading")
             b.campaign()
             await a.crash()
+            assert not b.election.is_leader  # the lease is still a's: only its release can hand it over
             await a.election.release()
             took = await until(lambda: b.election.is_leader, what="b taking over")
             assert took < renew + 1.0, took  # at b's next try, not once the lease has expired
@@ -143,6 +144,7 @@ def test_work_runs_only_while_leading(kube: Kube, kube_namespace: str) -> None:
             a.campaign()  # a comes back: b still leads
             await asyncio.sleep(RENEW * 2)
             assert running == {"b"}
+            assert not a.election.is_leader
             await b.crash()
             await b.election.release()
             await until(lambda: running == {"a"}, what="a's work started again")

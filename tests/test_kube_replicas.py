@@ -114,6 +114,8 @@ def test_a_replica_sees_the_sandboxes_the_other_created(replicas: Replicas) -> N
         assert on_b.commands.run("echo from b").stdout == "from b\n"
         listed = Sandbox.list(**replicas.sdk(replicas.b)).next_items()
         assert [s.sandbox_id for s in listed] == [sbx.sandbox_id]
+        on_a = Sandbox.list(**replicas.sdk(replicas.a)).next_items()
+        assert [s.sandbox_id for s in on_a] == [sbx.sandbox_id]  # so the wait below sees the kill, not a blank
         on_b.kill()
         wait_for(lambda: not Sandbox.list(**replicas.sdk(replicas.a)).next_items(), what="A to hear of the kill")
     finally:
@@ -136,6 +138,7 @@ def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
         assert statuses[200] + statuses[204] == BURST
+        assert statuses[204] == BURST  # the executor's /health answer, once woken
         assert replicas.log(replicas.a).count(_RESUMED) == 1
         assert _RESUMED not in replicas.log(replicas.b)  # B woke nothing itself: it waited for A's resume
         assert metric(replicas.b, "agent_sandbox_holds_total", result="resumed") - held_before > 0
@@ -159,6 +162,7 @@ def test_one_activation_per_sandbox_across_replicas(replicas: Replicas) -> None:
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
         assert statuses[200] + statuses[204] == BURST
+        assert statuses[204] == BURST  # the executor's /health answer, once woken
         resumes = replicas.log(replicas.a).count(_RESUMED) + replicas.log(replicas.b).count(_RESUMED)
         assert resumes == 1
         assert sbx.files.read(marker) == "kept across the snapshot"
@@ -171,6 +175,9 @@ def test_killing_the_leader_hands_the_background_loops_over(
 ) -> None:
     leader = wait_for(lambda: _leader(kube, kube_namespace), what="a leader")
     dead, survivor = (replicas.a, replicas.b) if leader == "a" else (replicas.b, replicas.a)
+    survivor_id = "b" if leader == "a" else "a"
+    took_over = re.compile(rf"\b{survivor_id}\b (leads|is now the leader)")
+    assert not took_over.search(replicas.log(survivor))  # so the check below sees the takeover
     dead.process.send_signal(signal.SIGKILL)
     dead.process.wait(10)
     wait_for(
@@ -179,8 +186,10 @@ def test_killing_the_leader_hands_the_background_loops_over(
         timeout=LEASE_SECONDS * 3 + 5,
     )
     assert re.search(r"leader", replicas.log(survivor))
+    wait_for(lambda: took_over.search(replicas.log(survivor)), what="the survivor to log its leadership")
     # The reaper now runs on the survivor: a sandbox past its timeout is killed there.
     sbx = Sandbox.create(timeout=2, **replicas.sdk(survivor))
+    assert f"sandbox-{sbx.sandbox_id}" in kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name")
     wait_for(
         lambda: (
             f"sandbox-{sbx.sandbox_id}" not in kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name")
@@ -246,8 +255,11 @@ def test_redis_going_down_degrades_to_replicas_working_alone_and_loses_nothing(
         listed = {s.sandbox_id for s in Sandbox.list(**replicas.sdk(replicas.a)).next_items()}
         assert {sbx.sandbox_id, later.sandbox_id} <= listed
         later.kill()
+        # "is back" alone also matches the warning above ("... coordinating alone until it is back").
+        back = "is back: coordinating with the other replicas again"
+        assert not any(back in replicas.log(server) for server in (replicas.a, replicas.b))
         redis_server.start()
-        wait_for(lambda: _both_logged(replicas, "is back"), what="the reconnections", timeout=30)
+        wait_for(lambda: _both_logged(replicas, back), what="the reconnections", timeout=30)
     finally:
         sbx.kill()
 
@@ -257,8 +269,10 @@ def test_a_leader_stopped_cleanly_releases_the_lease_to_the_other(
 ) -> None:
     leader = wait_for(lambda: _leader(kube, kube_namespace), what="a leader")
     stopped, survivor = (replicas.a, replicas.b) if leader == "a" else (replicas.b, replicas.a)
+    led_before = replicas.log(survivor).count("is now the leader")
     assert stopped.stop(signal.SIGTERM) == -signal.SIGTERM
     assert f"replica {leader} is no longer the leader" in replicas.log(stopped)
     assert "stopped: everything the server opened is closed" in replicas.log(stopped)
     wait_for(lambda: _leader(kube, kube_namespace) not in ("", leader), what="the other replica to take the lease")
     wait_for(lambda: "is now the leader" in replicas.log(survivor), what="the survivor to lead")
+    assert replicas.log(survivor).count("is now the leader") > led_before  # it took over now, not earlier

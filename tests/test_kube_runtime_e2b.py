@@ -20,7 +20,7 @@ from e2b import Sandbox, SandboxQuery
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, wait_for
 from tests.scale_to_zero_fixtures import health_burst, metric
-from tests.server_fixtures import RunningServer, running_server
+from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
 kube = kube_fixtures.kube
 
@@ -48,8 +48,7 @@ def server(kube: Kube, namespace: str, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(autouse=True)
 def e2b_env(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in server.e2b_env().items():
-        monkeypatch.setenv(name, value)
+    point_e2b_at(server, monkeypatch)
 
 
 def _replica_sets(kube: Kube, namespace: str) -> list[str]:
@@ -141,6 +140,7 @@ def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kub
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
         assert statuses[200] + statuses[204] == BURST
+        assert statuses[204] == BURST  # the executor's /health: every held request got the woken sandbox's answer
         assert metric(server, "agent_sandbox_activations_total", result="ok") == activations + 1  # single flight
         assert metric(server, "agent_sandbox_holds_total", result="resumed") - held > BURST // 2
         assert _replicas_of(kube, namespace, sbx.sandbox_id) == "1"
@@ -151,4 +151,5 @@ def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kub
 
 def test_the_server_keeps_nothing_of_the_cluster_state_on_its_disk(server: RunningServer) -> None:
     """Records and key digests live in the namespace's Secrets: no state database in the data dir."""
+    assert server.data_dir.is_dir()  # the check below looks where a state database would be
     assert not Path(server.data_dir / "state.db").exists()

@@ -212,6 +212,8 @@ def test_coordination_resumes_when_redis_is_back(redis_server: RedisServer, capl
             await b.publish_changed("lost")
             noted = time.time()
             a.note_activity("s1", noted)  # while down: kept, and written once Redis is back
+            assert not logged(caplog, BACK)  # so the wait below sees the reconnection, not an earlier line
+            assert (await b.activity()).get("s1") != noted  # not written while Redis is down
             redis_server.start()
 
             async def both_back() -> bool:
@@ -244,6 +246,7 @@ def test_starts_alone_when_redis_is_down_and_joins_once_it_is_up(
             assert time.monotonic() - began < 2.0
             assert len(logged(caplog, UNREACHABLE)) == 1
             assert await lock_within(a, "s1", 1.0)
+            assert not logged(caplog, BACK)
             redis_server.start()
 
             async def joined() -> bool:

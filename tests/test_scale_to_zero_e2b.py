@@ -7,6 +7,7 @@ import time
 
 import pytest
 from e2b import Sandbox
+from e2b.exceptions import SandboxException
 
 from tests.scale_to_zero_fixtures import counted, criu_or_skip, http_get, start_counter, wait_for
 from tests.server_fixtures import RunningServer
@@ -41,7 +42,7 @@ def test_traffic_wakes_a_paused_sandbox_only_with_auto_resume(e2b_env: RunningSe
             assert sbx.pause()
         assert waking.commands.run("cat /home/user/kept.txt").stdout == waking.sandbox_id  # woken by the call
         assert waking.get_info().state == "running"
-        with pytest.raises(Exception, match=r"not found|502"):
+        with pytest.raises(SandboxException, match=r"not found|502"):  # the SDK's error, not any failure
             plain.commands.run("true")
         assert plain.get_info().state == "paused"
     finally:

@@ -15,22 +15,20 @@ import pytest
 from e2b import Sandbox
 
 from tests.scale_to_zero_fixtures import Reply, http_get, metric, wait_for
-from tests.server_fixtures import RunningServer, running_server
+from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
 ENVD = 49983
 
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    data_dir = tmp_path_factory.mktemp("tight") / "data"
-    with running_server(data_dir, "--max-held", "3", "--hold-deadline", "0.02") as server:
+    with server_in_temp_dir(tmp_path_factory, "tight", "--max-held", "3", "--hold-deadline", "0.02") as server:
         yield server
 
 
 @pytest.fixture
 def paused(tight: RunningServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    for name, value in tight.e2b_env().items():
-        monkeypatch.setenv(name, value)
+    point_e2b_at(tight, monkeypatch)
     sbx = Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
     try:
         assert sbx.pause()
@@ -59,8 +57,7 @@ def test_past_the_cap_503_with_retry_after_and_past_the_deadline_504(paused: San
 def test_a_paused_sandbox_without_auto_resume_is_not_held(
     tight: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in tight.e2b_env().items():
-        monkeypatch.setenv(name, value)
+    point_e2b_at(tight, monkeypatch)
     sbx = Sandbox.create()
     try:
         assert sbx.pause()

@@ -8,27 +8,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from e2b import Sandbox, SandboxQuery, SandboxState
 
 from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter, wait_for
-from tests.server_fixtures import RunningServer, running_server
+from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
 
 @pytest.fixture(scope="module")
 def idle_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    data_dir = tmp_path_factory.mktemp("idle") / "data"
-    with running_server(data_dir, "--pause-after", "1", "--snapshot-after", "2") as server:
+    with server_in_temp_dir(tmp_path_factory, "idle", "--pause-after", "1", "--snapshot-after", "2") as server:
         yield server
 
 
 @pytest.fixture
 def idle_env(idle_server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> RunningServer:
-    for name, value in idle_server.e2b_env().items():
-        monkeypatch.setenv(name, value)
-    return idle_server
+    return point_e2b_at(idle_server, monkeypatch)
 
 
 def _in(server: RunningServer, state: str) -> bool:
@@ -57,9 +55,17 @@ def test_a_running_command_is_not_paused_under_its_caller(idle_env: RunningServe
     sbx = Sandbox.create(timeout=120)
     try:
         began = time.monotonic()
-        result = sbx.commands.run("sleep 4; echo finished")
+        with ThreadPoolExecutor(1) as pool:
+            command = pool.submit(sbx.commands.run, "sleep 4; echo finished")
+            states: list[dict[str, int]] = []
+            while not command.done():  # well past `--pause-after 1`: an idle pause would show in these counts
+                states.append(sandboxes_by_state(idle_env))
+                time.sleep(0.2)
+            result = command.result()
         assert result.stdout == "finished\n"
         assert time.monotonic() - began < 10
+        assert len(states) > 10
+        assert all(counts["running"] == 1 for counts in states), states  # never paused while it ran
     finally:
         sbx.kill()
 
@@ -71,6 +77,7 @@ def test_api_calls_wake_an_idle_sandbox(idle_env: RunningServer) -> None:
         wait_for(lambda: _in(idle_env, "snapshotted") or _in(idle_env, "paused"), 10, "an idle pause")
         assert sbx.files.read("/home/user/kept.txt") == "still here"
         assert sbx.commands.run("echo awake").stdout == "awake\n"
+        assert _in(idle_env, "running")  # the calls woke it
     finally:
         sbx.kill()
 

@@ -15,7 +15,7 @@ import pytest
 from e2b import Sandbox
 
 from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter, wait_for
-from tests.server_fixtures import RunningServer, running_server
+from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
 FLAGS = ("--pause-after", "1", "--snapshot-after", "0")  # idle sandboxes freeze, and are never snapshotted
 
@@ -29,8 +29,7 @@ def _prepare(server: RunningServer, name: str) -> Sandbox:
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, server: RunningServer) -> None:
-    for key, value in server.e2b_env().items():
-        monkeypatch.setenv(key, value)
+    point_e2b_at(server, monkeypatch)
 
 
 def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
@@ -45,7 +44,7 @@ def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
         assert snapshotted.pause()
         running = _prepare(first, "running")
         assert sandboxes_by_state(first) == {"running": 1, "paused": 1, "snapshotted": 1}
-        first.stop(signal.SIGKILL)
+        assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # killed, not stopped cleanly
 
         with running_server(data_dir, *FLAGS) as second:
             _use(monkeypatch, second)
