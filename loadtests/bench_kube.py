@@ -35,9 +35,9 @@ from pathlib import Path
 
 import httpx
 
+from kube_dev._control_plane import load_layout
 from loadtests._stats import percentile
 from loadtests.bench_create import _first_command
-from pool._kube_dev._control_plane import load_layout
 from tests.kube_fixtures import SCRIPT, Kube, free_port_pair
 from tests.scale_to_zero_fixtures import host, metric, wait_for
 from tests.server_fixtures import RunningServer, free_port, running_server

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pool._kube_dev._control_plane import load_layout
-from pool._kube_dev._layout import DEFAULT_BIN_DIR, ClusterLayout
-from pool._kube_dev._pki import read_token
+from kube_dev._control_plane import load_layout
+from kube_dev._layout import DEFAULT_BIN_DIR, ClusterLayout
+from kube_dev._pki import read_token
 from tests.server_fixtures import REPO, free_port
 
 __all__ = ["SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "require_binaries", "wait_for"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway._deploy_errors import DeployError
-from gateway._deploy_source import AppPlan, detect, pack, scan
+from cli._deploy_errors import DeployError
+from cli._deploy_source import AppPlan, detect, pack, scan
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

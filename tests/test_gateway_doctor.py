@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway._doctor import doctor
+from cli._doctor import doctor
 from gateway._settings import ServeSettings
 from pool import ImageStore
 from pool._local._criu import criu_dir

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from pool._kube_dev._addresses import LoopbackAddresses
-from pool._kube_dev._convention import EXECUTOR_PORT, container_argv, expand, is_sandbox_image
-from pool._kube_dev._objects import Container
+from kube_dev._addresses import LoopbackAddresses
+from kube_dev._convention import EXECUTOR_PORT, container_argv, expand, is_sandbox_image
+from kube_dev._objects import Container
 
 
 @pytest.mark.parametrize(

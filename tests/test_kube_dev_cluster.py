@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pool._kube_dev._convention import EXECUTOR_PORT
+from kube_dev._convention import EXECUTOR_PORT
 from tests import kube_fixtures
 from tests.kube_fixtures import SCRIPT, Kube, free_port, free_port_pair, require_binaries, wait_for
 

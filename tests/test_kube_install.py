@@ -30,8 +30,8 @@ import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only safe_load_all is used
 from e2b import Sandbox
 
+from kube_dev._convention import is_sandbox_image
 from pool import load_templates
-from pool._kube_dev._convention import is_sandbox_image
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, wait_for
 from tests.server_fixtures import REPO, free_port, stop_process

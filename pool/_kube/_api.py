@@ -2,7 +2,7 @@
 
 The typed Kubernetes clients are not usable under mypy --strict (`kubernetes_asyncio` has no annotations),
 and the synchronous `kubernetes` client fails to decode the Status a 1.20 apiserver answers to a Binding;
-the runtime (and the dev cluster's stand-in kubelet, `pool._kube_dev`) make a handful of calls, each a few
+the runtime (and the dev cluster's stand-in kubelet, `kube_dev`) make a handful of calls, each a few
 lines of plain HTTP.
 
     RuntimeFailure          (pool) the apiserver could not be reached

@@ -23,7 +23,7 @@ from typing import Literal
 
 import msgspec
 
-from gateway._deploy_errors import DeployError
+from cli._deploy_errors import DeployError
 
 __all__ = ["APP_DIR", "LOG_FILE", "AppPlan", "detect", "pack", "removal_list", "scan"]
 

@@ -11,9 +11,9 @@ import re
 
 import msgspec
 
+from kube_dev._convention import expand
+from kube_dev._objects import Container, EnvVarSource, KeySelector, Pod
 from pool._kube import KubeApi, KubeApiError
-from pool._kube_dev._convention import expand
-from pool._kube_dev._objects import Container, EnvVarSource, KeySelector, Pod
 
 __all__ = ["container_env"]
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
+from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
 from gateway._settings import ServeSettings
 
 __all__ = ["main"]
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
             )  # fmt: skip
         case "keys":
-            from gateway._key_commands import run_key_command
+            from cli._key_commands import run_key_command
 
             run_key_command(args)
         case "cleanup":
@@ -172,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             cleanup(ServeSettings(data_dir=Path(args.data_dir)))
         case "doctor":
-            from gateway._doctor import doctor
+            from cli._doctor import doctor
 
             sys.exit(doctor(ServeSettings(data_dir=Path(args.data_dir))))
         case "images":
-            from gateway._image_commands import build_images
+            from cli._image_commands import build_images
 
             build_images(Path(args.templates), Path(args.image_cache), args.names)

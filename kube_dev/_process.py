@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from pool._kube_dev._tracking import ProcessTracker
+from kube_dev._tracking import ProcessTracker
 
 __all__ = ["ContainerProcess"]
 

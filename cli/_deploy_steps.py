@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from gateway._deploy_api import ControlPlane, Deployment
-from gateway._deploy_envd import Envd, sandbox_headers
-from gateway._deploy_errors import DeployError
-from gateway._deploy_source import APP_DIR, LOG_FILE, AppPlan, detect, pack, removal_list, scan
+from cli._deploy_api import ControlPlane, Deployment
+from cli._deploy_envd import Envd, sandbox_headers
+from cli._deploy_errors import DeployError
+from cli._deploy_source import APP_DIR, LOG_FILE, AppPlan, detect, pack, removal_list, scan
 from pool import AUTOSTART_ENV, AUTOSTART_FILE, AUTOSTART_TAG, Autostart
 
 __all__ = ["Deployer", "public_url"]

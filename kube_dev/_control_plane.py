@@ -23,10 +23,10 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from pool._kube_dev._daemons import running_pid, start_daemon, stop_daemon
-from pool._kube_dev._layout import ClusterLayout, decode_layout, encode_layout
-from pool._kube_dev._pki import ensure_pki, read_token, write_kubeconfigs
-from pool._kube_dev._tracking import ProcessTracker
+from kube_dev._daemons import running_pid, start_daemon, stop_daemon
+from kube_dev._layout import ClusterLayout, decode_layout, encode_layout
+from kube_dev._pki import ensure_pki, read_token, write_kubeconfigs
+from kube_dev._tracking import ProcessTracker
 
 __all__ = ["DAEMONS", "ClusterError", "check", "down", "load_layout", "up"]
 
@@ -79,7 +79,7 @@ def _argv(layout: ClusterLayout, name: str) -> list[str]:
             # The default 20 requests/s spaces the start of its ~30 controllers by 0.25 s each.
             "--kube-api-qps=500", "--kube-api-burst=1000",
         ]  # fmt: skip
-    return [sys.executable, "-m", "pool._kube_dev", "kubelet", "--state-dir", str(layout.state_dir)]
+    return [sys.executable, "-m", "kube_dev", "kubelet", "--state-dir", str(layout.state_dir)]
 
 
 def _env(name: str) -> dict[str, str]:

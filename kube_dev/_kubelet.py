@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 
+from kube_dev._context import NodeContext
+from kube_dev._objects import Pod, PodList, WatchEvent
+from kube_dev._pod_worker import PodWorker, finish_deletion
 from pool._errors import RuntimeFailure
 from pool._kube import KubeApiError
-from pool._kube_dev._context import NodeContext
-from pool._kube_dev._objects import Pod, PodList, WatchEvent
-from pool._kube_dev._pod_worker import PodWorker, finish_deletion
 
 __all__ = ["Kubelet"]
 

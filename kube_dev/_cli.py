@@ -1,4 +1,4 @@
-"""`python -m pool._kube_dev up|down|status|kubelet`: the Python half of `scripts/kube-dev-cluster`."""
+"""`python -m kube_dev up|down|status|kubelet`: the Python half of `scripts/kube-dev-cluster`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from pool._kube_dev._agent import run_kubelet
-from pool._kube_dev._control_plane import DAEMONS, ClusterError, check, down, load_layout, up
-from pool._kube_dev._layout import DEFAULT_BIN_DIR, DEFAULT_STATE_DIR
+from kube_dev._agent import run_kubelet
+from kube_dev._control_plane import DAEMONS, ClusterError, check, down, load_layout, up
+from kube_dev._layout import DEFAULT_BIN_DIR, DEFAULT_STATE_DIR
 
 __all__ = ["main"]
 

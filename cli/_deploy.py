@@ -20,8 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from gateway._deploy_errors import DeployError
-from gateway._deploy_steps import Deployer
+from cli._deploy_errors import DeployError
+from cli._deploy_steps import Deployer
 from gateway._settings import ServeSettings
 
 __all__ = ["DEPLOY_HELP", "add_deploy_arguments", "run_deploy"]

@@ -8,15 +8,15 @@ import logging
 import signal
 import ssl
 
+from kube_dev._addresses import LoopbackAddresses
+from kube_dev._context import NodeContext
+from kube_dev._kubelet import Kubelet
+from kube_dev._layout import ClusterLayout
+from kube_dev._node import heartbeat, register_node
+from kube_dev._pki import read_token
+from kube_dev._tracking import ProcessTracker
 from pool._errors import RuntimeFailure
 from pool._kube import Connection, KubeApi
-from pool._kube_dev._addresses import LoopbackAddresses
-from pool._kube_dev._context import NodeContext
-from pool._kube_dev._kubelet import Kubelet
-from pool._kube_dev._layout import ClusterLayout
-from pool._kube_dev._node import heartbeat, register_node
-from pool._kube_dev._pki import read_token
-from pool._kube_dev._tracking import ProcessTracker
 
 __all__ = ["run_kubelet"]
 

@@ -14,15 +14,15 @@ import contextlib
 import logging
 from pathlib import Path
 
+from kube_dev._context import NodeContext
+from kube_dev._convention import NO_COMMAND, container_argv
+from kube_dev._environment import container_env
+from kube_dev._objects import Container, Pod
+from kube_dev._probes import FIRST_SUCCESS_POLL, probe_once
+from kube_dev._process import ContainerProcess
+from kube_dev._status import ContainerState, PodState
 from pool._errors import RuntimeFailure
 from pool._kube import KubeApi, KubeApiError
-from pool._kube_dev._context import NodeContext
-from pool._kube_dev._convention import NO_COMMAND, container_argv
-from pool._kube_dev._environment import container_env
-from pool._kube_dev._objects import Container, Pod
-from pool._kube_dev._probes import FIRST_SUCCESS_POLL, probe_once
-from pool._kube_dev._process import ContainerProcess
-from pool._kube_dev._status import ContainerState, PodState
 
 __all__ = ["PodWorker", "finish_deletion"]
 

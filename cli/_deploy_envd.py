@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import msgspec
 
-from gateway._deploy_errors import DeployError
+from cli._deploy_errors import DeployError
 
 __all__ = ["ENVD_PORT", "Envd", "sandbox_headers"]
 

@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from pool._kube_dev._objects import Container
+from kube_dev._objects import Container
 
 __all__ = ["EXECUTOR_PORT", "NO_COMMAND", "container_argv", "expand", "is_sandbox_image"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from pool._kube_dev._layout import ClusterLayout
+from kube_dev._layout import ClusterLayout
 
 __all__ = ["USERS", "ensure_pki", "read_token", "write_kubeconfigs"]
 

@@ -10,9 +10,9 @@ import asyncio
 import logging
 import platform
 
+from kube_dev._status import now
 from pool._errors import RuntimeFailure
 from pool._kube import KubeApi, KubeApiError
-from pool._kube_dev._status import now
 
 __all__ = ["heartbeat", "register_node"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kube_dev._addresses import LoopbackAddresses
+from kube_dev._layout import ClusterLayout
+from kube_dev._tracking import ProcessTracker
 from pool._kube import KubeApi
-from pool._kube_dev._addresses import LoopbackAddresses
-from pool._kube_dev._layout import ClusterLayout
-from pool._kube_dev._tracking import ProcessTracker
 
 __all__ = ["NodeContext"]
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from gateway._deploy_errors import DeployError
+from cli._deploy_errors import DeployError
 
 __all__ = ["NAME_KEY", "PORT_KEY", "Connected", "ControlPlane", "Deployment"]
 

@@ -12,7 +12,7 @@ import contextlib
 import ssl
 from collections.abc import Mapping
 
-from pool._kube_dev._objects import Container, HTTPGetAction, Probe
+from kube_dev._objects import Container, HTTPGetAction, Probe
 
 __all__ = ["FIRST_SUCCESS_POLL", "probe_once"]
 

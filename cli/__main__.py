@@ -1,0 +1,5 @@
+"""`python -m cli` runs the `agent-sandbox` command."""
+
+from cli import main
+
+main()

@@ -1,5 +1,0 @@
-"""`python -m gateway` runs the CLI."""
-
-from gateway.cli import main
-
-main()

@@ -1,0 +1,5 @@
+import sys
+
+from kube_dev._cli import main
+
+sys.exit(main())
