@@ -22,7 +22,7 @@ import httpx
 
 from cli._deploy_errors import DeployError
 from cli._deploy_steps import Deployer
-from gateway._settings import ServeSettings
+from gateway import ServeSettings
 
 __all__ = ["DEPLOY_HELP", "add_deploy_arguments", "run_deploy"]
 

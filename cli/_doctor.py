@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway._settings import ServeSettings
+from gateway import ServeSettings
 from pool import DEFAULT_CRIU_DIR, PlatformCheck, TemplateError, check_platform, load_templates
 
 __all__ = ["doctor"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gateway._settings import ServeSettings
+from gateway import ServeSettings
 from pool import ImageBuildError, ImageStore, TemplateError, load_templates
 
 __all__ = ["build_images"]

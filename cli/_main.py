@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
-from gateway._settings import ServeSettings
+from gateway import ServeSettings
 
 __all__ = ["main"]
 
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit("agent-sandbox must run as root: it creates namespaces, cgroups and overlay mounts")
     match args.command:
         case "serve":
-            from gateway._serve import serve
+            from gateway import serve
 
             serve(
                 ServeSettings(
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             run_key_command(args)
         case "cleanup":
-            from gateway._serve import cleanup
+            from gateway import cleanup
 
             cleanup(ServeSettings(data_dir=Path(args.data_dir)))
         case "doctor":

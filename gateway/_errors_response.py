@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from activator._errors import ActivatorError, HoldQueueFull, PortNotOpen, SandboxNotFound
+from activator import ActivatorError, HoldQueueFull, PortNotOpen, SandboxNotFound
 from gateway._routing import RoutingError
 from gateway._upstream import UpstreamError
 

@@ -13,7 +13,7 @@ import secrets
 
 import msgspec
 
-from pool._kube import KubeApi, KubeApiError
+from pool import KubeApi, KubeApiError
 
 __all__ = ["api_key_from_secret"]
 

@@ -7,3 +7,5 @@ It exists so that the `kubernetes` runtime and `install.yaml` are tested against
 (resourceVersions, watches, the ReplicaSet controller, garbage collection, RBAC) without a container engine.
 Nothing in the product imports it.
 """
+
+__all__: list[str] = []  # it runs as `python -m kube_dev` (scripts/kube-dev-cluster); the tests drive its modules

@@ -15,8 +15,7 @@ from kube_dev._layout import ClusterLayout
 from kube_dev._node import heartbeat, register_node
 from kube_dev._pki import read_token
 from kube_dev._tracking import ProcessTracker
-from pool._errors import RuntimeFailure
-from pool._kube import Connection, KubeApi
+from pool import KubeApi, KubeConnection, RuntimeFailure
 
 __all__ = ["run_kubelet"]
 
@@ -41,7 +40,7 @@ async def _main(layout: ClusterLayout, tracker: ProcessTracker) -> int:
         loop.add_signal_handler(number, stop.set)
     token = read_token(layout, "agent-sandbox-dev-kubelet")
     verify = ssl.create_default_context(cafile=layout.pki / "ca.crt")
-    client = KubeApi(Connection(server=layout.server, verify=verify, token=token))
+    client = KubeApi(KubeConnection(server=layout.server, verify=verify, token=token))
     kubelet = Kubelet(NodeContext(client, layout, LoopbackAddresses(layout.pod_network), tracker))
     tasks: list[asyncio.Task[None]] = []
     try:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kube_dev._addresses import LoopbackAddresses
 from kube_dev._layout import ClusterLayout
 from kube_dev._tracking import ProcessTracker
-from pool._kube import KubeApi
+from pool import KubeApi
 
 __all__ = ["NodeContext"]
 

@@ -13,7 +13,7 @@ import msgspec
 
 from kube_dev._convention import expand
 from kube_dev._objects import Container, EnvVarSource, KeySelector, Pod
-from pool._kube import KubeApi, KubeApiError
+from pool import KubeApi, KubeApiError
 
 __all__ = ["container_env"]
 

@@ -18,8 +18,7 @@ import msgspec
 from kube_dev._context import NodeContext
 from kube_dev._objects import Pod, PodList, WatchEvent
 from kube_dev._pod_worker import PodWorker, finish_deletion
-from pool._errors import RuntimeFailure
-from pool._kube import KubeApiError
+from pool import KubeApiError, RuntimeFailure
 
 __all__ = ["Kubelet"]
 

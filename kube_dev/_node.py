@@ -11,8 +11,7 @@ import logging
 import platform
 
 from kube_dev._status import now
-from pool._errors import RuntimeFailure
-from pool._kube import KubeApi, KubeApiError
+from pool import KubeApi, KubeApiError, RuntimeFailure
 
 __all__ = ["heartbeat", "register_node"]
 

@@ -21,8 +21,7 @@ from kube_dev._objects import Container, Pod
 from kube_dev._probes import FIRST_SUCCESS_POLL, probe_once
 from kube_dev._process import ContainerProcess
 from kube_dev._status import ContainerState, PodState
-from pool._errors import RuntimeFailure
-from pool._kube import KubeApi, KubeApiError
+from pool import KubeApi, KubeApiError, RuntimeFailure
 
 __all__ = ["PodWorker", "finish_deletion"]
 

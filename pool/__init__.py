@@ -12,7 +12,17 @@ from pool._errors import (
     SandboxGone,
 )
 from pool._executor_client import post_init
-from pool._kube import KubernetesRuntime, KubeSettings, KubeWarmPools, LeaderElection, open_kube_runtime, while_leading
+from pool._kube import Connection as KubeConnection  # outside the kube package `Connection` alone says too little
+from pool._kube import (
+    KubeApi,
+    KubeApiError,
+    KubernetesRuntime,
+    KubeSettings,
+    KubeWarmPools,
+    LeaderElection,
+    open_kube_runtime,
+    while_leading,
+)
 from pool._local import LocalRuntime, LocalRuntimeSettings
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
@@ -40,6 +50,9 @@ __all__ = [
     "ExecutorRefused",
     "ImageBuildError",
     "ImageStore",
+    "KubeApi",
+    "KubeApiError",
+    "KubeConnection",
     "KubeSettings",
     "KubeWarmPools",
     "KubernetesRuntime",
