@@ -96,7 +96,7 @@ def running_server(
     port = port or free_port()
     url = f"{scheme}://{host}:{port}"
     environ = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "gateway", "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
+    argv = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
     log = open(data_dir.parent / f"{data_dir.name}.server.log", "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(argv, cwd=REPO, env=environ, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
@@ -112,7 +112,7 @@ def running_server(
 
 def _kill_leftover_sandboxes(data_dir: Path) -> None:
     """Sandboxes outlive a stopped server by design; tests must not leave them behind."""
-    subprocess.run([sys.executable, "-m", "gateway", "cleanup", "--data-dir", str(data_dir)], cwd=REPO, check=False)
+    subprocess.run([sys.executable, "-m", "cli", "cleanup", "--data-dir", str(data_dir)], cwd=REPO, check=False)
 
 
 @contextmanager

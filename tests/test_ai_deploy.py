@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.scale_to_zero_fixtures import sandboxes_by_state, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import sandboxes_by_state
 from tests.server_fixtures import REPO, RunningServer, running_server
 
 # Dependency-free, counting its requests in memory: the count shows whether memory survived a snapshot.
@@ -49,7 +50,7 @@ def deploy(server: RunningServer, *args: str | Path, key: str | None = None) -> 
     """Run `agent-sandbox deploy ARGS` against `server`, configured the way the skill says (E2B_* variables)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("E2B_")}
     env |= {"E2B_API_URL": server.url, "E2B_API_KEY": key or server.api_key}
-    argv = [sys.executable, "-m", "gateway", "deploy", *map(str, args)]
+    argv = [sys.executable, "-m", "cli", "deploy", *map(str, args)]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -67,7 +68,7 @@ def get(url: str) -> httpx.Response:
 
 
 def _criu(server: RunningServer) -> bool:
-    wait_for(lambda: "still" not in _runtime(server).get("criu_reason", ""), 30, "the CRIU trial")
+    wait_for(lambda: "still" not in _runtime(server).get("criu_reason", ""), what="the CRIU trial")
     return _runtime(server).get("snapshot_kind") == "criu"
 
 
@@ -91,7 +92,7 @@ def test_a_site_and_a_node_app_keep_their_urls_through_snapshots_updates_and_del
     assert get(site_url).text == "<h1>version 1</h1>"
     before = int(get(node_url).text.rsplit(" ", 1)[1])  # the deploy's own readiness probe counted too
 
-    wait_for(lambda: sandboxes_by_state(idle_server)["snapshotted"] == 2, 20, "both deployments to snapshot")
+    wait_for(lambda: sandboxes_by_state(idle_server)["snapshotted"] == 2, what="both deployments to snapshot")
     woken = get(site_url)  # held while the sandbox is restored, then served
     assert (woken.status_code, woken.text) == (200, "<h1>version 1</h1>")
     after = get(node_url).text
@@ -106,7 +107,7 @@ def test_a_site_and_a_node_app_keep_their_urls_through_snapshots_updates_and_del
         ("counter", node_url),
     }
 
-    wait_for(lambda: sandboxes_by_state(idle_server)["snapshotted"] == 2, 20, "both to snapshot again")
+    wait_for(lambda: sandboxes_by_state(idle_server)["snapshotted"] == 2, what="both to snapshot again")
     _write(site, "index.html", "<h1>version 2</h1>")
     _write(site, "about.html", "about")
     assert deployed(idle_server, site, "site") == site_url  # updated in place, woken for it

@@ -33,7 +33,8 @@ from e2b import Sandbox
 from kube_dev._convention import is_sandbox_image
 from pool import load_templates
 from tests import kube_fixtures
-from tests.kube_fixtures import Kube, wait_for
+from tests.kube_fixtures import Kube
+from tests.polling import wait_for
 from tests.server_fixtures import REPO, free_port, stop_process
 
 kube = kube_fixtures.kube  # the session's cluster (pytest finds fixtures by the names a module binds)
@@ -89,7 +90,7 @@ def test_config_keys_and_deployment_args_are_flags_of_serve() -> None:
     """Each AGENT_SANDBOX_<NAME> of the config ConfigMap is read by `serve` as `--<name>`, and each flag the
     Deployment passes exists (`serve --help` lists them all)."""
     shown = subprocess.run(
-        [sys.executable, "-m", "gateway", "serve", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "cli", "serve", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     flags = set(re.findall(r"--[a-z][a-z0-9-]*", shown))
     config = _object("ConfigMap", "agent-sandbox-config")["data"]
@@ -478,7 +479,7 @@ def _gateway_argv(namespace: str, port: int, kubeconfig: Path, directory: Path) 
             "/etc/agent-sandbox/templates": str(_write_templates(directory))}  # fmt: skip
     assert set(here) <= set(args), args
     return [
-        sys.executable, "-m", "gateway", *(here.get(arg, arg) for arg in args),
+        sys.executable, "-m", "cli", *(here.get(arg, arg) for arg in args),
         "--kubeconfig", str(kubeconfig),
         "--kube-sandbox-user", "root", "--data-dir", str(directory / "data"), "--warm", "base=1",
         "--lease-duration", "3",

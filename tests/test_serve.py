@@ -50,7 +50,7 @@ def test_explicit_api_key_from_the_environment_is_the_key(tmp_path: Path) -> Non
 
 def test_malformed_explicit_key_is_refused_at_start(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
+        [sys.executable, "-m", "cli", "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
         cwd=REPO, env={"AGENT_SANDBOX_API_KEY": "secret", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode != 0
