@@ -33,7 +33,7 @@ __all__ = ["DAEMONS", "ClusterError", "check", "down", "load_layout", "up"]
 DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
 _CONTROLLERS = "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl,-bootstrapsigner," \
     "-tokencleaner,-csrsigning,-csrapproving,-csrcleaner,-cloud-node-lifecycle,-route,-service"  # fmt: skip
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[1]
 
 
 class ClusterError(Exception):
