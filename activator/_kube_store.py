@@ -1,11 +1,11 @@
 """The Kubernetes state store: Secrets in the gateway's namespace, shared by every gateway replica (no database).
 
-    sandbox-<id>-record   one per sandbox, type `agent-sandbox.dev/record`; data `record`: the SandboxRecord's
-                          msgspec JSON. Labels (what listings select on): `agent-sandbox.dev/role=sandbox-record`,
-                          `/sandbox-id`, `/owner` (the API key's id, never a key), `/state`, `/template`;
-                          annotation `agent-sandbox.dev/created-at`.
-    agent-sandbox-keys    type `agent-sandbox.dev/api-keys`; data: key id -> JSON {digest, name, created_at}
-                          (SHA-256 digests only, never a key).
+    sandbox-<id>-record   one per sandbox: the SandboxRecord's msgspec JSON, labelled with what listings select on
+                          (its id, owner: the API key's id, never a key; state; template), annotated when created.
+    agent-sandbox-keys    key id -> JSON {digest, name, created_at} (SHA-256 digests only, never a key).
+
+Their names, label and annotation keys, types and data keys are pool's (`pool.kube_shapes`, where the runtime's
+objects are laid out too), so the two never disagree.
 
 Secrets, not ConfigMaps: records hold the caller's env vars and envd's access token.
 
@@ -44,47 +44,18 @@ import msgspec
 from activator._errors import ActivatorError, InvalidRequest
 from activator._records import ApiKey, SandboxRecord, SandboxState
 from activator._store import Cursor
-from pool import RuntimeFailure
-from pool._kube import KubeApi, KubeApiError
+from pool import KubeApi, KubeApiError, RuntimeFailure
+from pool import kube_shapes as shapes
 
-__all__ = ["KEYS_FRESH", "KEYS_MISS_REREAD", "KEYS_SECRET", "MAX_RECORD_BYTES", "KubeStore", "record_secret_name"]
+__all__ = ["KEYS_FRESH", "KEYS_MISS_REREAD", "MAX_RECORD_BYTES", "KubeStore"]
 
-ROLE_LABEL = "agent-sandbox.dev/role"
-ID_LABEL = "agent-sandbox.dev/sandbox-id"
-OWNER_LABEL = "agent-sandbox.dev/owner"
-STATE_LABEL = "agent-sandbox.dev/state"
-TEMPLATE_LABEL = "agent-sandbox.dev/template"
-CREATED_ANNOTATION = "agent-sandbox.dev/created-at"
-RECORD_TYPE = "agent-sandbox.dev/record"
-KEYS_TYPE = "agent-sandbox.dev/api-keys"
-KEYS_SECRET = "agent-sandbox-keys"
 MAX_RECORD_BYTES = 1 << 20  # the apiserver refuses a Secret whose data is larger
 KEYS_FRESH = 1.0  # seconds an in-memory copy of the keys answers `key_id`
 KEYS_MISS_REREAD = 0.2  # an unknown digest reads the keys again at most this often
-_RECORDS = f"{ROLE_LABEL}=sandbox-record"
 _WRITE_ATTEMPTS = 10  # conflicts in a row before a write gives up
 _VERSIONS_KEPT = 4096  # resourceVersions remembered for `put`; an older one costs a read
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _log = logging.getLogger("activator")
-
-
-class _Meta(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
-    name: str
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    resource_version: str = ""  # empty: not sent (a create)
-
-
-class _Secret(msgspec.Struct, kw_only=True, rename="camel"):
-    metadata: _Meta
-    type: str = "Opaque"
-    data: dict[str, bytes] = {}  # base64 on the wire, which msgspec does for bytes
-    api_version: str = "v1"
-    kind: str = "Secret"
-
-
-class _SecretList(msgspec.Struct):
-    items: list[_Secret]
 
 
 class _StoredKey(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,8 +69,8 @@ class _StoredKey(msgspec.Struct, frozen=True, kw_only=True):
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(SandboxRecord).decode
 _decode_key = msgspec.json.Decoder(_StoredKey).decode
-_decode_secret = msgspec.json.Decoder(_Secret).decode
-_decode_list = msgspec.json.Decoder(_SecretList).decode
+_decode_secret = msgspec.json.Decoder(shapes.Secret).decode
+_decode_list = msgspec.json.Decoder(shapes.SecretList).decode
 
 
 class KubeStore:
@@ -144,7 +115,7 @@ class KubeStore:
     async def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record in any state, or None."""
         with _store_errors(f"read sandbox {sandbox_id}"):
-            secret = await self._read(record_secret_name(sandbox_id))
+            secret = await self._read(shapes.record_secret_name(sandbox_id))
             if secret is None:
                 return None
             self._remember(sandbox_id, secret)
@@ -152,7 +123,7 @@ class KubeStore:
 
     async def live(self) -> list[SandboxRecord]:
         """Every record that is not killed."""
-        found = await self._list(f"{_RECORDS},{STATE_LABEL}!={SandboxState.KILLED}")
+        found = await self._list(f"{shapes.RECORD_SELECTOR},{shapes.STATE_LABEL}!={SandboxState.KILLED}")
         for record, secret in found:
             self._remember(record.id, secret)
         return [record for record, _ in found]
@@ -170,7 +141,8 @@ class KubeStore:
         """As `Store.page`: the owner's records are listed by label and ordered, filtered and cut here."""
         if count < 1 or not states:
             return []
-        selector = f"{_RECORDS},{OWNER_LABEL}={_label_value(owner)},{STATE_LABEL} in ({','.join(sorted(states))})"
+        owned = f"{shapes.OWNER_LABEL}={_label_value(owner)}"
+        selector = f"{shapes.RECORD_SELECTOR},{owned},{shapes.STATE_LABEL} in ({','.join(sorted(states))})"
         records = [r for r, _ in await self._list(selector) if r.owner == owner and r.state in states]
         records.sort(key=lambda r: (r.created_at, r.id), reverse=order == "desc")
         if after is not None:
@@ -180,7 +152,8 @@ class KubeStore:
     async def purge_killed(self, before: float) -> int:
         """Delete the records of sandboxes killed before `before`, unless rewritten meanwhile; how many went."""
         purged = 0
-        for record, secret in await self._list(f"{_RECORDS},{STATE_LABEL}={SandboxState.KILLED}"):
+        killed = f"{shapes.RECORD_SELECTOR},{shapes.STATE_LABEL}={SandboxState.KILLED}"
+        for record, secret in await self._list(killed):
             if record.end_at < before and await self._delete(secret):
                 self._versions.pop(record.id, None)
                 purged += 1
@@ -259,11 +232,11 @@ class KubeStore:
         self._digests = {stored.digest: key_id for key_id, stored in keys.items()}
         self._keys_read_at = read_at
 
-    async def _keys_secret(self) -> _Secret | None:
+    async def _keys_secret(self) -> shapes.Secret | None:
         with _store_errors("read the API keys"):
-            return await self._read(KEYS_SECRET)
+            return await self._read(shapes.KEYS_SECRET)
 
-    async def _read(self, name: str) -> _Secret | None:
+    async def _read(self, name: str) -> shapes.Secret | None:
         """The Secret named `name`, or None if there is none."""
         try:
             return _decode_secret(await self._api.call("GET", f"{self._path}/{name}"))
@@ -272,7 +245,7 @@ class KubeStore:
                 return None
             raise
 
-    async def _write(self, secret: _Secret, version: str | None) -> _Secret:
+    async def _write(self, secret: shapes.Secret, version: str | None) -> shapes.Secret:
         """Create `secret` (no `version`) or replace it under `version`; the stored object."""
         if not version:
             return _decode_secret(await self._api.call("POST", self._path, body=secret))
@@ -285,7 +258,7 @@ class KubeStore:
         secret = await self._read(name)
         return None if secret is None else secret.metadata.resource_version
 
-    async def _list(self, selector: str) -> list[tuple[SandboxRecord, _Secret]]:
+    async def _list(self, selector: str) -> list[tuple[SandboxRecord, shapes.Secret]]:
         """The records selected (quorum reads: a record just written is listed); unreadable ones are skipped."""
         with _store_errors("list sandboxes"):
             listed = _decode_list(await self._api.call("GET", self._path, params={"labelSelector": selector}))
@@ -297,7 +270,7 @@ class KubeStore:
                 _log.warning("skipping Secret %s: %s", secret.metadata.name, exc)
         return found
 
-    async def _delete(self, secret: _Secret) -> bool:
+    async def _delete(self, secret: shapes.Secret) -> bool:
         """Delete a record Secret if it is still the version listed; False if it changed or went meanwhile."""
         preconditions = {"resourceVersion": secret.metadata.resource_version}
         options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions}
@@ -310,19 +283,14 @@ class KubeStore:
                 raise
         return True
 
-    def _remember(self, sandbox_id: str, secret: _Secret) -> None:
+    def _remember(self, sandbox_id: str, secret: shapes.Secret) -> None:
         self._versions.pop(sandbox_id, None)
         self._versions[sandbox_id] = secret.metadata.resource_version
         if len(self._versions) > _VERSIONS_KEPT:
             del self._versions[next(iter(self._versions))]
 
 
-def record_secret_name(sandbox_id: str) -> str:
-    """The name of a sandbox's record Secret (its ReplicaSet is `sandbox-<id>`)."""
-    return f"sandbox-{sandbox_id}-record"
-
-
-def _record_secret(record: SandboxRecord) -> _Secret:
+def _record_secret(record: SandboxRecord) -> shapes.Secret:
     blob = _encode(record)
     if len(blob) > MAX_RECORD_BYTES:
         raise InvalidRequest(
@@ -330,35 +298,37 @@ def _record_secret(record: SandboxRecord) -> _Secret:
             "Kubernetes Secret: send less metadata or smaller envVars"
         )
     labels = {
-        ROLE_LABEL: "sandbox-record",
-        ID_LABEL: _label_value(record.id),
-        OWNER_LABEL: _label_value(record.owner),
-        STATE_LABEL: record.state.value,
-        TEMPLATE_LABEL: _label_value(record.template),
+        shapes.ROLE_LABEL: shapes.RECORD_ROLE,
+        shapes.ID_LABEL: _label_value(record.id),
+        shapes.OWNER_LABEL: _label_value(record.owner),
+        shapes.STATE_LABEL: record.state.value,
+        shapes.TEMPLATE_LABEL: _label_value(record.template),
     }
-    meta = _Meta(
-        name=record_secret_name(record.id), labels=labels, annotations={CREATED_ANNOTATION: repr(record.created_at)}
+    meta = shapes.SecretMeta(
+        name=shapes.record_secret_name(record.id),
+        labels=labels,
+        annotations={shapes.CREATED_ANNOTATION: repr(record.created_at)},
     )
-    return _Secret(metadata=meta, type=RECORD_TYPE, data={"record": blob})
+    return shapes.Secret(metadata=meta, type=shapes.RECORD_TYPE, data={shapes.RECORD_DATA: blob})
 
 
-def _keys_secret(keys: dict[str, _StoredKey]) -> _Secret:
+def _keys_secret(keys: dict[str, _StoredKey]) -> shapes.Secret:
     data = {key_id: _encode(stored) for key_id, stored in keys.items()}
-    return _Secret(metadata=_Meta(name=KEYS_SECRET), type=KEYS_TYPE, data=data)
+    return shapes.Secret(metadata=shapes.SecretMeta(name=shapes.KEYS_SECRET), type=shapes.KEYS_TYPE, data=data)
 
 
-def _record_of(secret: _Secret) -> SandboxRecord:
-    blob = secret.data.get("record")
+def _record_of(secret: shapes.Secret) -> SandboxRecord:
+    blob = secret.data.get(shapes.RECORD_DATA)
     if blob is None:
         raise ActivatorError(f"the state store's Secret {secret.metadata.name} holds no record")
     with _store_errors(f"read {secret.metadata.name}"):
         return _decode_record(blob)
 
 
-def _keys_of(secret: _Secret | None) -> dict[str, _StoredKey]:
+def _keys_of(secret: shapes.Secret | None) -> dict[str, _StoredKey]:
     if secret is None:
         return {}
-    with _store_errors(f"read {KEYS_SECRET}"):
+    with _store_errors(f"read {shapes.KEYS_SECRET}"):
         return {key_id: _decode_key(blob) for key_id, blob in secret.data.items()}
 
 

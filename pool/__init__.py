@@ -23,6 +23,7 @@ from pool._kube import (
     open_kube_runtime,
     while_leading,
 )
+from pool._kube import _shapes as kube_shapes  # the Kubernetes objects' names, labels, annotations and Secrets
 from pool._local import LocalRuntime, LocalRuntimeSettings
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
@@ -78,6 +79,7 @@ __all__ = [
     "WarmRuntime",
     "check_platform",
     "envd",
+    "kube_shapes",
     "load_templates",
     "open_kube_runtime",
     "post_init",

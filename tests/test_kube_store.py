@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from activator import ApiKey, ApiKeys, InvalidRequest, KubeStore, SandboxRecord, SandboxState
-from activator._kube_store import KEYS_FRESH, KEYS_MISS_REREAD, KEYS_SECRET, record_secret_name
+from activator._kube_store import KEYS_FRESH, KEYS_MISS_REREAD
+from pool import kube_shapes
 from pool._kube import KubeApi, load_kubeconfig
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube
@@ -95,7 +96,7 @@ async def test_record_secrets_carry_the_documented_labels(kube: Kube, kube_names
         stored = record("bbbb", state=SandboxState.PAUSED, pause_reason="idle", created_at=1700000000.25)
         await store.put(stored)
     [secret] = secrets(kube, kube_namespace, "agent-sandbox.dev/role=sandbox-record")
-    assert secret["metadata"]["name"] == record_secret_name("bbbb") == "sandbox-bbbb-record"
+    assert secret["metadata"]["name"] == kube_shapes.record_secret_name("bbbb") == "sandbox-bbbb-record"
     assert secret["type"] == "agent-sandbox.dev/record"
     assert secret["metadata"]["labels"] == {
         "agent-sandbox.dev/role": "sandbox-record",
@@ -118,7 +119,7 @@ async def test_no_key_or_token_appears_in_labels_or_annotations(kube: Kube, kube
     visible = repr([(s["metadata"].get("labels"), s["metadata"].get("annotations")) for s in items])
     for secret_value in (raw, raw[4:], created.access_token, "sk-secret"):
         assert secret_value not in visible
-    [keys] = [s for s in items if s["metadata"]["name"] == KEYS_SECRET]
+    [keys] = [s for s in items if s["metadata"]["name"] == kube_shapes.KEYS_SECRET]
     assert keys["type"] == "agent-sandbox.dev/api-keys"
     stored_keys = b"".join(base64.b64decode(v) for v in keys["data"].values())
     assert raw.encode() not in stored_keys

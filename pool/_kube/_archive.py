@@ -20,21 +20,32 @@ import msgspec
 from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._calls import delete
-from pool._kube._manifest import ID_LABEL, ROLE_LABEL, ReplicaSet
+from pool._kube._manifest import ReplicaSet
+from pool._kube._shapes import (
+    ARCHIVE_DATA,
+    ARCHIVE_ROLE,
+    ID_LABEL,
+    ROLE_LABEL,
+    SNAPSHOT_ANNOTATION,
+    SNAPSHOT_BYTES_ANNOTATION,
+    SNAPSHOT_CHUNKS_ANNOTATION,
+    SNAPSHOT_SECONDS_ANNOTATION,
+    SNAPSHOT_SHA256_ANNOTATION,
+    Secret,
+    SecretList,
+    archive_secret_name,
+)
 
 __all__ = ["ARCHIVE_LIMIT", "CHUNK_BYTES", "CLEARED_RECORD", "ArchiveRecord", "ArchiveStore"]
 
 ARCHIVE_LIMIT = 64 << 20  # compressed bytes a snapshot keeps at most (86 Secrets); a larger one is refused
 CHUNK_BYTES = 768 << 10  # raw bytes per Secret: 1 MiB in base64, well under etcd's object limit
-_ROLE = "sandbox-archive"
-_KEY = "archive"  # the Secret's one data key
-
-SNAPSHOT = "agent-sandbox.dev/snapshot"  # "filesystem" while the sandbox is snapshotted
-_CHUNKS = "agent-sandbox.dev/snapshot-chunks"
-_SHA256 = "agent-sandbox.dev/snapshot-sha256"
-_BYTES = "agent-sandbox.dev/snapshot-bytes"
-_SECONDS = "agent-sandbox.dev/snapshot-seconds"
-CLEARED_RECORD: dict[str, None] = dict.fromkeys((SNAPSHOT, _CHUNKS, _SHA256, _BYTES, _SECONDS))  # merge patch
+_SNAPSHOTTED = "filesystem"  # the snapshot annotation's value while the sandbox is snapshotted
+_RECORD = (
+    SNAPSHOT_ANNOTATION, SNAPSHOT_CHUNKS_ANNOTATION, SNAPSHOT_SHA256_ANNOTATION, SNAPSHOT_BYTES_ANNOTATION,
+    SNAPSHOT_SECONDS_ANNOTATION,
+)  # fmt: skip
+CLEARED_RECORD: dict[str, None] = dict.fromkeys(_RECORD)  # merge patch
 
 
 class ArchiveRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,38 +60,26 @@ class ArchiveRecord(msgspec.Struct, frozen=True, kw_only=True):
     def of(cls, replica_set: ReplicaSet) -> ArchiveRecord | None:
         """The record on `replica_set`, or None when it has none (or a malformed one: not restorable)."""
         found = replica_set.metadata.annotations
-        if found.get(SNAPSHOT) != "filesystem":
+        if found.get(SNAPSHOT_ANNOTATION) != _SNAPSHOTTED:
             return None
         try:
             return cls(
-                chunks=int(found[_CHUNKS]), size=int(found[_BYTES]), sha256=found[_SHA256],
-                seconds=float(found[_SECONDS]),
+                chunks=int(found[SNAPSHOT_CHUNKS_ANNOTATION]), size=int(found[SNAPSHOT_BYTES_ANNOTATION]),
+                sha256=found[SNAPSHOT_SHA256_ANNOTATION], seconds=float(found[SNAPSHOT_SECONDS_ANNOTATION]),
             )  # fmt: skip
         except (KeyError, ValueError):
             return None
 
     def annotations(self) -> dict[str, str]:
         return {
-            SNAPSHOT: "filesystem", _CHUNKS: str(self.chunks), _BYTES: str(self.size), _SHA256: self.sha256,
-            _SECONDS: f"{self.seconds:.3f}",
+            SNAPSHOT_ANNOTATION: _SNAPSHOTTED, SNAPSHOT_CHUNKS_ANNOTATION: str(self.chunks),
+            SNAPSHOT_BYTES_ANNOTATION: str(self.size), SNAPSHOT_SHA256_ANNOTATION: self.sha256,
+            SNAPSHOT_SECONDS_ANNOTATION: f"{self.seconds:.3f}",
         }  # fmt: skip
 
 
-class _Name(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-
-
-class _Secret(msgspec.Struct, frozen=True, kw_only=True):
-    metadata: _Name
-    data: dict[str, bytes] = {}  # base64 on the wire, which msgspec decodes
-
-
-class _SecretList(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[_Secret] = []
-
-
-_secret = msgspec.json.Decoder(_Secret)
-_secrets = msgspec.json.Decoder(_SecretList)
+_secret = msgspec.json.Decoder(Secret)
+_secrets = msgspec.json.Decoder(SecretList)
 
 
 class ArchiveStore:
@@ -110,16 +109,16 @@ class ArchiveStore:
 
     async def _chunk(self, sandbox_id: str, n: int) -> bytes:
         try:
-            raw = await self._api.call("GET", f"{self._path}/{_name(sandbox_id, n)}")
+            raw = await self._api.call("GET", f"{self._path}/{archive_secret_name(sandbox_id, n)}")
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
             raise RuntimeFailure(f"sandbox {sandbox_id}: chunk {n} of its snapshot archive is gone") from exc
-        return _secret.decode(raw).data.get(_KEY, b"")
+        return _secret.decode(raw).data.get(ARCHIVE_DATA, b"")
 
     async def delete(self, sandbox_id: str) -> None:
         """Delete every archive chunk of the sandbox (there may be none)."""
-        selector = f"{ROLE_LABEL}={_ROLE},{ID_LABEL}={sandbox_id}"
+        selector = f"{ROLE_LABEL}={ARCHIVE_ROLE},{ID_LABEL}={sandbox_id}"
         listed = _secrets.decode(await self._api.call("GET", self._path, params={"labelSelector": selector}))
         for secret in listed.items:
             await delete(self._api, f"{self._path}/{secret.metadata.name}")
@@ -131,12 +130,10 @@ class ArchiveStore:
             "controller": False, "blockOwnerDeletion": True,
         }  # fmt: skip
         metadata = {
-            "name": _name(sandbox_id, n),
-            "labels": {ROLE_LABEL: _ROLE, ID_LABEL: sandbox_id},
+            "name": archive_secret_name(sandbox_id, n),
+            "labels": {ROLE_LABEL: ARCHIVE_ROLE, ID_LABEL: sandbox_id},
             "ownerReferences": [reference],
         }
-        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata, "data": {_KEY: chunk}}
-
-
-def _name(sandbox_id: str, n: int) -> str:
-    return f"sandbox-{sandbox_id}-archive-{n}"
+        return {
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata, "data": {ARCHIVE_DATA: chunk},
+        }  # fmt: skip

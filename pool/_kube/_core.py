@@ -32,11 +32,12 @@ from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._archive import ARCHIVE_LIMIT
 from pool._kube._calls import connect, delete
 from pool._kube._census import ProcessCensus, template_only
-from pool._kube._manifest import ReplicaSet, replica_set, replica_set_name
+from pool._kube._manifest import ReplicaSet, replica_set
 from pool._kube._metrics import read_metrics
 from pool._kube._pods import PodWatch
 from pool._kube._pool_manifest import MERGE_PATCH, runs_claimed_warm_pod
 from pool._kube._replicasets import ReplicaSetWatch, is_running
+from pool._kube._shapes import replica_set_name
 from pool._runtime import ExecutorInit, SandboxSpec, SandboxStats
 from pool._template_start import Connect, bring_up
 

@@ -1,10 +1,11 @@
 """A sandbox as Kubernetes objects: the ReplicaSet the runtime creates, and the fields it reads back.
 
-Labels (selectable): `agent-sandbox.dev/role: sandbox`, `agent-sandbox.dev/sandbox-id`, `agent-sandbox.dev/template`.
-Annotations: the caller's (`SandboxSpec.annotations`: owner key, metadata, lifecycle), and while the sandbox is
-snapshotted its archive record (`pool._kube._archive`). Secrets never go into objects: the access token and the
-caller's env vars reach the executor through its `POST /init`, not the pod spec. Resources: limits are the
-template's; requests are a quarter of its memory and a tenth of a CPU, since most sandboxes sit idle.
+Labels (selectable; every key is in `_shapes`): `agent-sandbox.dev/role: sandbox`, `agent-sandbox.dev/sandbox-id`,
+`agent-sandbox.dev/template`. Annotations: the caller's (`SandboxSpec.annotations`: owner key, metadata,
+lifecycle), and while the sandbox is snapshotted its archive record (`pool._kube._archive`). Secrets never go
+into objects: the access token and the caller's env vars reach the executor through its `POST /init`, not the
+pod spec. Resources: limits are the template's; requests are a quarter of its memory and a tenth of a CPU,
+since most sandboxes sit idle.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from pool._executor_client import EXECUTOR_PORT
+from pool._kube._shapes import ID_LABEL, ROLE_LABEL, SANDBOX_ROLE, TEMPLATE_LABEL, replica_set_name
 from pool._runtime import SandboxSpec
 
 __all__ = [
-    "ID_LABEL",
-    "ROLE_LABEL",
-    "ROLE_SELECTOR",
-    "TEMPLATE_LABEL",
     "KubeObject",
     "ObjectList",
     "ObjectMeta",
@@ -30,18 +28,9 @@ __all__ = [
     "ReplicaSetList",
     "WatchEvent",
     "replica_set",
-    "replica_set_name",
 ]
 
-ROLE_LABEL = "agent-sandbox.dev/role"
-ID_LABEL = "agent-sandbox.dev/sandbox-id"
-TEMPLATE_LABEL = "agent-sandbox.dev/template"
-ROLE_SELECTOR = f"{ROLE_LABEL}=sandbox"
 _GRACE_SECONDS = 10  # the executor ends its processes on SIGTERM at once; this only bounds a stuck one
-
-
-def replica_set_name(sandbox_id: str) -> str:
-    return f"sandbox-{sandbox_id}"
 
 
 def replica_set(
@@ -52,7 +41,7 @@ def replica_set(
     `service_account` names the pods' ServiceAccount (None: the namespace's `default`); its token is never
     mounted either way."""
     template = spec.template
-    labels = {ROLE_LABEL: "sandbox", ID_LABEL: spec.sandbox_id, TEMPLATE_LABEL: template.name}
+    labels = {ROLE_LABEL: SANDBOX_ROLE, ID_LABEL: spec.sandbox_id, TEMPLATE_LABEL: template.name}
     resources = template.resources
     container = {
         "name": "executor",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from pool._kube._api import KubeApi
-from pool._kube._manifest import ROLE_SELECTOR, Pod, PodList
+from pool._kube._manifest import Pod, PodList
+from pool._kube._shapes import ROLE_SELECTOR
 from pool._kube._watch import ObjectWatch
 
 __all__ = ["PodWatch"]

@@ -22,41 +22,37 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pool._kube._manifest import ID_LABEL, ROLE_LABEL, TEMPLATE_LABEL, ObjectList, Pod, replica_set
+from pool._kube._manifest import ObjectList, Pod, replica_set
+from pool._kube._shapes import (
+    CLAIMED_AT_ANNOTATION,
+    CLAIMED_LABEL,
+    ID_LABEL,
+    POOL_LABEL,
+    ROLE_LABEL,
+    SANDBOX_ROLE,
+    TEMPLATE_LABEL,
+    WARM_READY_ANNOTATION,
+    WARM_ROLE,
+    WARMING_ANNOTATION,
+    pool_name,
+)
 from pool._runtime import ExecutorInit, SandboxSpec
 from pool._templates import Template
 
 __all__ = [
-    "CLAIMED_AT_ANNOTATION",
-    "CLAIMED_LABEL",
     "MERGE_PATCH",
-    "POOL_LABEL",
-    "WARMING_ANNOTATION",
-    "WARM_READY_ANNOTATION",
-    "WARM_SELECTOR",
     "WarmPod",
     "WarmPodList",
     "adoption_patch",
     "is_claimed_warm_pod",
-    "pool_name",
     "pool_replica_set",
     "runs_claimed_warm_pod",
     "warm_ready_patch",
     "warming_patch",
 ]
 
-POOL_LABEL = "agent-sandbox.dev/pool"
-CLAIMED_LABEL = "agent-sandbox.dev/claimed-from"
-CLAIMED_AT_ANNOTATION = "agent-sandbox.dev/claimed-at"
-WARMING_ANNOTATION = "agent-sandbox.dev/warming"
-WARM_READY_ANNOTATION = "agent-sandbox.dev/warm-ready"
-WARM_SELECTOR = f"{ROLE_LABEL}=warm"
 MERGE_PATCH = "application/merge-patch+json"
 _PLACEHOLDER_ID = "warm"  # never seen: the pod template's labels are replaced
-
-
-def pool_name(template: str) -> str:
-    return f"pool-{template}"
 
 
 def pool_replica_set(
@@ -72,11 +68,14 @@ def pool_replica_set(
     pod_template = replica_set(
         spec, image_prefix=image_prefix, executor_args=executor_args, service_account=service_account
     )["spec"]["template"]
-    pod_labels = {ROLE_LABEL: "warm", POOL_LABEL: template.name, TEMPLATE_LABEL: template.name}
+    pod_labels = {ROLE_LABEL: WARM_ROLE, POOL_LABEL: template.name, TEMPLATE_LABEL: template.name}
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
-        "metadata": {"name": pool_name(template.name), "labels": {ROLE_LABEL: "warm", TEMPLATE_LABEL: template.name}},
+        "metadata": {
+            "name": pool_name(template.name),
+            "labels": {ROLE_LABEL: WARM_ROLE, TEMPLATE_LABEL: template.name},
+        },
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {POOL_LABEL: template.name}},
@@ -89,7 +88,7 @@ def adoption_patch(pod: WarmPod, sandbox_id: str, now: float) -> dict[str, Any]:
     """Out of the pool, into sandbox `sandbox_id` at `now` (unix time): one patch, refused (409) if the pod
     changed since `pod` was read."""
     template = pod.template
-    labels = {POOL_LABEL: None, ROLE_LABEL: "sandbox", ID_LABEL: sandbox_id, TEMPLATE_LABEL: template}
+    labels = {POOL_LABEL: None, ROLE_LABEL: SANDBOX_ROLE, ID_LABEL: sandbox_id, TEMPLATE_LABEL: template}
     return {
         "metadata": {
             "resourceVersion": pod.metadata.resource_version,

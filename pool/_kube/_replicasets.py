@@ -15,7 +15,8 @@ import msgspec
 
 from pool._kube._api import KubeApi
 from pool._kube._archive import ArchiveRecord
-from pool._kube._manifest import ROLE_SELECTOR, ReplicaSet, ReplicaSetList
+from pool._kube._manifest import ReplicaSet, ReplicaSetList
+from pool._kube._shapes import ROLE_SELECTOR
 from pool._kube._watch import ObjectWatch
 
 __all__ = ["ReplicaSetWatch", "is_running", "is_snapshotted"]

@@ -32,8 +32,8 @@ from pool._executor_client import EXECUTOR_PORT
 from pool._kube._api import KubeApi
 from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
-from pool._kube._manifest import ID_LABEL
-from pool._kube._pool_manifest import WARM_READY_ANNOTATION, WARM_SELECTOR, WarmPod, adoption_patch
+from pool._kube._pool_manifest import WarmPod, adoption_patch
+from pool._kube._shapes import ID_LABEL, WARM_READY_ANNOTATION, WARM_SELECTOR
 from pool._kube._warm_keeper import PoolKeeper
 from pool._kube._warm_pods import PodCalls, PoolPods
 from pool._runtime import ExecutorInit

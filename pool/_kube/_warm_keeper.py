@@ -22,16 +22,8 @@ from pool._errors import PoolError, RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
-from pool._kube._pool_manifest import (
-    CLAIMED_LABEL,
-    MERGE_PATCH,
-    WARM_READY_ANNOTATION,
-    WarmPod,
-    pool_name,
-    pool_replica_set,
-    warm_ready_patch,
-    warming_patch,
-)
+from pool._kube._pool_manifest import MERGE_PATCH, WarmPod, pool_replica_set, warm_ready_patch, warming_patch
+from pool._kube._shapes import CLAIMED_LABEL, WARM_READY_ANNOTATION, pool_name
 from pool._kube._warm_pods import PodCalls, PoolPods
 from pool._runtime import ExecutorInit, SandboxSpec
 from pool._template_start import Connect, bring_up

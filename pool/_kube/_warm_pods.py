@@ -15,7 +15,8 @@ import msgspec
 from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._calls import delete
-from pool._kube._pool_manifest import MERGE_PATCH, POOL_LABEL, WARM_SELECTOR, WarmPod, WarmPodList
+from pool._kube._pool_manifest import MERGE_PATCH, WarmPod, WarmPodList
+from pool._kube._shapes import POOL_LABEL, WARM_SELECTOR
 from pool._kube._watch import ObjectWatch
 
 __all__ = ["PodCalls", "PoolPods"]

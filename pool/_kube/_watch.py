@@ -18,7 +18,8 @@ import msgspec
 
 from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
-from pool._kube._manifest import ID_LABEL, KubeObject, ObjectList, WatchEvent
+from pool._kube._manifest import KubeObject, ObjectList, WatchEvent
+from pool._kube._shapes import ID_LABEL
 
 __all__ = ["ObjectWatch"]
 
