@@ -8,13 +8,16 @@ directory. Symbolic links themselves are restored as they were stored, wherever 
 packer stores a venv's `bin/python -> /usr/bin/python3` that way, and a link is only dangerous when
 something is written through it, which cannot happen here.
 
-Then tarfile extracts with `filter="fully_trusted"`, as root, with numeric owners: modes (setuid
-included), uid/gid and mtimes come back exactly, which the "data" and "tar" filters would change
-(they clear high mode bits) or refuse (absolute symbolic links). The filter hook still runs just
-before each member is written, and clears its way: whatever is at the member's path is removed
-first unless both are directories (so no write lands through an existing link or into another hard
-link's inode), and a member whose parent on disk is a symbolic link the archive did not replace (its
-parent directory is not in the archive) is refused then, after the members before it were written.
+Then tarfile extracts as root, with numeric owners and no extraction filter (`filter="fully_trusted"`
+where tarfile has filters): modes (setuid included), uid/gid and mtimes come back exactly, which the
+"data" and "tar" filters would change (they clear high mode bits) or refuse (absolute symbolic links).
+The sandbox images run Debian 12's Python 3.11.2, whose `extractall` has no `filter` argument (3.11.4
+added it), so the way is cleared by the iterator that hands `extractall` its members: tarfile takes
+each member from it just before writing it, on every version. Clearing the way: whatever is at the
+member's path is removed first unless both are directories (so no write lands through an existing
+link or into another hard link's inode), and a member whose parent on disk is a symbolic link the
+archive did not replace (its parent directory is not in the archive) is refused then, after the
+members before it were written.
 Entries on disk that the archive does not name are left alone. A corrupt archive can likewise fail
 half-way: InvalidArgument too.
 """
@@ -28,11 +31,15 @@ import shutil
 import stat
 import tarfile
 import zlib
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from executor._errors import InvalidArgument
 
 __all__ = ("unpack",)
+
+# Extract as stored: Python 3.14 defaults to the "data" filter; 3.11.2 (the images) has no filters at all.
+_HAS_FILTERS = hasattr(tarfile, "fully_trusted_filter")
 
 
 def unpack(archive: BinaryIO, root: str) -> None:
@@ -43,7 +50,11 @@ def unpack(archive: BinaryIO, root: str) -> None:
             _check(members)
             os.makedirs(root, exist_ok=True)
             destination = os.path.realpath(root)
-            tar.extractall(destination, members, numeric_owner=True, filter=_ClearWay(destination))
+            cleared = _clearing_way(members, destination)
+            if _HAS_FILTERS:
+                tar.extractall(destination, cleared, numeric_owner=True, filter="fully_trusted")
+            else:
+                tar.extractall(destination, cleared, numeric_owner=True)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise InvalidArgument(f"invalid archive: {exc}") from exc
 
@@ -83,23 +94,20 @@ def _parents(name: str) -> list[str]:
     return ["/".join(parts[: index + 1]) for index in range(len(parts))]
 
 
-class _ClearWay:
-    """The tarfile filter: makes room for each member just before it is extracted (see the module docstring)."""
-
-    def __init__(self, destination: str) -> None:
-        self._destination = destination
-
-    def __call__(self, member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo:
-        target = os.path.normpath(os.path.join(self._destination, member.name))
-        parent = os.path.dirname(target) if target != self._destination else target
+def _clearing_way(members: list[tarfile.TarInfo], destination: str) -> Iterator[tarfile.TarInfo]:
+    """Each member, once the way to it is clear (see the module docstring)."""
+    for member in members:
+        target = os.path.normpath(os.path.join(destination, member.name))
+        parent = os.path.dirname(target) if target != destination else target
         if os.path.realpath(parent) != parent:
             raise InvalidArgument(f"archive member '{member.name}' would be written through a symbolic link")
         try:
             status = os.lstat(target)
         except FileNotFoundError:
-            return member
+            yield member
+            continue
         if stat.S_ISDIR(status.st_mode) and not member.isdir():
             shutil.rmtree(target)
         elif not stat.S_ISDIR(status.st_mode):
             os.unlink(target)
-        return member
+        yield member

@@ -1,0 +1,87 @@
+"""The executor on the Python the sandbox images really have (Debian 12's 3.11.2), not the repository's.
+
+The executor's other tests run it with the development interpreter, which may be newer: `tarfile.extractall(...,
+filter=...)` (3.11.4+) passed there and failed every resume from zero on a real Kubernetes node. These tests run
+it as every sandbox does, as pid 1 of a real sandbox on the image's own `/usr/bin/python3`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+
+from pool import ExecutorInit
+from pool._executor_client import EXECUTOR_PORT, download_archive, upload_archive
+from tests.runtime_fixtures import local_runtime, spec
+from tests.sandbox_exec import run_in_sandbox
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE_PYTHON = (3, 11, 2)  # Debian 12's python3 (3.11.2-1+b1), what the images install with debootstrap
+
+_FILES = (
+    "mkdir -p work/bin work/empty && echo hello > work/notes.txt && chmod 640 work/notes.txt"
+    " && printf '#!/bin/sh\\necho tool\\n' > work/bin/tool && chmod 4755 work/bin/tool"
+    " && ln -s /usr/bin/python3 work/bin/python && ln work/notes.txt work/hardlink"
+)
+_LISTING = "cd work && find . | sort | xargs stat -c '%n %F %a %U %h %N'"
+
+
+def test_the_sandbox_runs_the_images_python(tmp_path: Path) -> None:
+    async def main() -> str:
+        async with local_runtime(tmp_path) as runtime:
+            await runtime.start(spec("imagepython"))
+            result = await run_in_sandbox(
+                runtime, "imagepython", "cat /proc/1/cmdline | tr '\\0' ' '; echo; python3 -V"
+            )
+            return result.stdout
+
+    cmdline, version = asyncio.run(main()).splitlines()
+    assert cmdline.startswith("/usr/bin/python3 -I -S /opt/agent-sandbox/run-executor.py")
+    assert version == "Python " + ".".join(map(str, IMAGE_PYTHON))
+
+
+def test_archive_round_trip_under_the_images_python(tmp_path: Path) -> None:
+    """GET then PUT /agent-sandbox/archive restores a working directory exactly (modes, setuid, links, owners)."""
+
+    async def main() -> tuple[str, str, str]:
+        async with local_runtime(tmp_path) as runtime:
+            init = ExecutorInit(default_workdir="/home/user")  # what the archive holds, as on Kubernetes
+            await runtime.start(msgspec.structs.replace(spec("imagearchive"), init=init))
+            assert (await run_in_sandbox(runtime, "imagearchive", _FILES)).exit_code == 0
+            before = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
+            sock = await runtime.open_socket("imagearchive", EXECUTOR_PORT)
+            archive = await download_archive(sock, None, limit=64 << 20)
+            wiped = await run_in_sandbox(runtime, "imagearchive", "rm -rf work && ls")
+            sock = await runtime.open_socket("imagearchive", EXECUTOR_PORT)
+            await upload_archive(sock, None, archive)
+            after = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
+            return before, wiped.stdout, after
+
+    before, wiped, after = asyncio.run(main())
+    assert "work" not in wiped
+    assert "./bin/tool regular file 4755 user 1 " in before  # setuid
+    assert "./bin/python symbolic link 777 user 1 './bin/python' -> '/usr/bin/python3'" in before
+    assert "./notes.txt regular file 640 user 2 " in before  # hard-linked to ./hardlink
+    assert after == before
+
+
+def test_executor_needs_no_python_newer_than_the_images() -> None:
+    """vermin finds no syntax or standard-library use that 3.11 lacks in the executor.
+
+    Patch-level additions (a keyword argument new in 3.11.4) are below what any such tool knows: the two tests
+    above, on the image's own interpreter, are what catches those.
+    """
+    target = ".".join(map(str, IMAGE_PYTHON[:2]))
+    vermin = [
+        str(Path(sys.executable).parent / "vermin"),
+        f"--target={target}-",
+        "--violations",
+        "--no-tips",
+        "--eval-annotations",
+    ]
+    result = subprocess.run([*vermin, str(REPO / "executor")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
