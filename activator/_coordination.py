@@ -1,7 +1,8 @@
 """What gateway replicas share, as one narrow interface the activator depends on.
 
 Alone (no `--redis-url`) a replica needs none of it: `SoloCoordinator` does nothing, cheaply. With Redis,
-`RedisCoordinator` (`activator._redis_coordination`) shares locks, change notices and activity.
+`RedisCoordinator` (`activator._redis_coordination`) shares locks, change notices and activity, one module
+each, over one supervised connection that lets each replica go on alone while Redis is down.
 """
 
 from __future__ import annotations
