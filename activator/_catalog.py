@@ -1,4 +1,8 @@
-"""The templates sandboxes can be created from, found by name or by alias."""
+"""The templates sandboxes can be created from, found by name or by alias.
+
+E2B references may carry a namespace and a tag (`team/base:default`). The built-in templates are shared by every
+key and have one build, tagged `default`, so a namespace is ignored and `default` is the only tag they have.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from collections.abc import Mapping
 from activator._errors import ActivatorError
 from pool import Template
 
-__all__ = ["TemplateCatalog", "TemplateNotFound"]
+__all__ = ["DEFAULT_TAG", "TemplateCatalog", "TemplateNotFound"]
+
+DEFAULT_TAG = "default"  # E2B's tag of a template's build when none is named
 
 
 class TemplateNotFound(ActivatorError):
@@ -28,10 +34,13 @@ class TemplateCatalog:
         self._names = {**{name: name for name in templates}, **aliases}  # every accepted reference -> template name
 
     def resolve(self, ref: str) -> Template:
-        """The template named `ref`, directly or through an alias."""
-        name = self._names.get(ref)
+        """The template named `ref` (`[namespace/]name[:tag]`), directly or through an alias."""
+        reference, _, tag = ref.rpartition("/")[2].partition(":")
+        name = self._names.get(reference)
         if name is None:
             raise TemplateNotFound(f"template '{ref}' not found")
+        if tag and tag != DEFAULT_TAG:
+            raise TemplateNotFound(f"template '{ref}' not found: '{reference}' has only the tag '{DEFAULT_TAG}'")
         return self.templates[name]
 
     def names_of(self, name: str) -> list[str]:

@@ -6,6 +6,7 @@ ActivatorError                 500  base class
 ├── InvalidRequest             400  the request is malformed
 ├── TemplateNotFound           404  the request names no template we have (in `_catalog`)
 ├── SandboxConflict            409  the transition is not allowed in the current state
+├── NotSupported               501  an E2B feature this server does not offer (yet)
 ├── HoldQueueFull              503  too many requests are already held for sandboxes
 ├── HoldTimeout                504  the sandbox did not become ready before the hold deadline
 └── ClientGone                 499  the client disconnected while its request was held (nobody reads the answer)
@@ -19,6 +20,7 @@ __all__ = [
     "HoldQueueFull",
     "HoldTimeout",
     "InvalidRequest",
+    "NotSupported",
     "PortNotOpen",
     "SandboxConflict",
     "SandboxNotFound",
@@ -57,6 +59,12 @@ class SandboxConflict(ActivatorError):
     """The sandbox is in a state that does not allow the transition."""
 
     status_code = 409
+
+
+class NotSupported(ActivatorError):
+    """The request uses an E2B feature this server does not offer; the message names it."""
+
+    status_code = 501
 
 
 class HoldQueueFull(ActivatorError):

@@ -138,6 +138,12 @@ def templates(activator: ActivatorDep) -> list[_wire.TemplateOut]:
     ]
 
 
+@get("/templates/aliases/{alias:str}", sync_to_thread=False)
+def template_alias(alias: str, activator: ActivatorDep) -> _wire.TemplateAlias:
+    """The template an alias (or a name, `name:tag`) resolves to; 404 when none does (`exists()` is False)."""
+    return _wire.TemplateAlias(template_id=activator.catalog.resolve(alias).name, public=True)
+
+
 def _from_cursor(line: LogLine, cursor: int, direction: Literal["forward", "backward"]) -> bool:
     millis = line.timestamp * 1000
     return millis >= cursor if direction == "forward" else millis <= cursor
@@ -152,4 +158,5 @@ INFO_ROUTES: list[HTTPRouteHandler] = [
     logs_v1,
     logs_v2,
     templates,
+    template_alias,
 ]

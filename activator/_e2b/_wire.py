@@ -29,6 +29,7 @@ __all__ = [
     "Sandbox",
     "SandboxDetail",
     "SandboxMetric",
+    "TemplateAlias",
     "TemplateOut",
     "TimeoutRequest",
 ]
@@ -191,3 +192,10 @@ class TemplateOut(_Wire):
     envd_version: str
     build_status: Literal["ready"]
     description: str | None = None
+
+
+class TemplateAlias(_Wire):
+    """Answer of GET /templates/aliases/{alias}: the template an alias names (`Template.exists`)."""
+
+    template_id: str = msgspec.field(name="templateID")
+    public: bool

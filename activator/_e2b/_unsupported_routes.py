@@ -1,0 +1,61 @@
+"""E2B routes this server does not serve yet, each refused in E2B's shape (501) instead of a bare 404.
+
+The SDK reads a 404 on several of them as something else: "Sandbox <id> not found" for `create_snapshot`,
+`fork` and `update_network` on a running sandbox, `False` for `delete_snapshot`. A 501 that names the feature
+is an honest answer the SDK raises as it is. The table lists E2B's paths as the SDKs call them (2.63,
+e2b-features.md); a route that gets served moves out of it into the module that serves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from litestar import route
+from litestar.handlers import HTTPRouteHandler
+from litestar.types import Method
+
+from activator._errors import NotSupported
+
+__all__ = ["UNSUPPORTED_ROUTES"]
+
+_T = "/templates/{template_id:str}"
+_B = "/builds/{build_id:str}"
+_S = "/sandboxes/{sandbox_id:str}"
+
+_UNSUPPORTED: tuple[tuple[Method, tuple[str, ...], str], ...] = (
+    ("POST", ("/v3/templates", "/v2/templates", "/templates", _T), "building templates"),
+    ("POST", (f"/v2{_T}{_B}", f"{_T}{_B}"), "building templates"),
+    ("GET", (f"{_T}{_B}/status",), "building templates"),
+    ("GET", (f"{_T}/files/{{file_hash:str}}",), "building templates"),
+    ("PATCH", (_T, f"/v2{_T}"), "changing templates"),
+    ("DELETE", (_T,), "deleting templates and snapshots"),
+    ("GET", (f"{_T}/tags",), "template tags"),
+    ("POST", ("/templates/tags",), "template tags"),
+    ("DELETE", ("/templates/tags",), "template tags"),
+    ("POST", (f"{_S}/snapshots",), "snapshots"),
+    ("GET", ("/snapshots",), "snapshots"),
+    ("POST", (f"{_S}/fork",), "fork"),
+    ("PUT", (f"{_S}/network",), "changing a sandbox's network (update_network)"),
+    ("POST", ("/volumes",), "volumes"),
+    ("GET", ("/volumes", "/volumes/{volume_id:str}"), "volumes"),
+    ("DELETE", ("/volumes/{volume_id:str}",), "volumes"),
+    ("GET", ("/secrets", "/secrets/{secret_id:str}"), "secrets"),
+    ("POST", ("/secrets",), "secrets"),
+    ("PATCH", ("/secrets/{secret_id:str}",), "secrets"),
+    ("DELETE", ("/secrets/{secret_id:str}",), "secrets"),
+)
+
+
+def _refusal(feature: str) -> Callable[[], Awaitable[None]]:
+    async def refuse() -> None:
+        raise NotSupported(f"{feature} is not supported by this server")
+
+    return refuse
+
+
+UNSUPPORTED_ROUTES: list[HTTPRouteHandler] = [
+    route(list(paths), http_method=[method], status_code=501, name=f"unsupported-{method}-{paths[0]}")(
+        _refusal(feature)
+    )
+    for method, paths, feature in _UNSUPPORTED
+]
