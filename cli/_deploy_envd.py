@@ -1,26 +1,33 @@
-"""The sandbox's envd API, reached through the gateway with E2B's routing headers (the single-host recipe).
+"""The sandbox's envd API as a deploy uses it: `pool.EnvdClient` through the gateway, with E2B's routing headers.
 
-Only what a deploy needs: upload files (`POST /files`, multipart), read one (`GET /files`), run a command to
-its end or start one in the background (`process.Process/Start`, a Connect server stream of JSON envelopes),
-find processes by tag (`List`) and signal them (`SendSignal`). Connect and HTTP errors become DeployError.
+Only what a deploy needs: upload files (`POST /files`, multipart), read one (`GET /files`), run a command to its
+end or start one in the background (`process.Process/Start`), find processes by tag (`List`) and signal them
+(`SendSignal`). The client's errors become DeployError.
+
+Why this shape: the client is async and its transport a seam, while a deploy is a short sequential command-line
+run. So the messages, headers and framing stay the client's (one definition for every caller) and only the
+transport is deploy's own, an `httpx.AsyncClient` on the API's URL (`_GatewayTransport`); the calls run on one
+event loop this object keeps for its lifetime (`asyncio.Runner`), which keeps the AsyncClient's connections
+usable from one call to the next, and the rest of the deploy stays plain synchronous code.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import struct
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, TypeVar
 
 import httpx
-import msgspec
 
 from cli._deploy_errors import DeployError
+from executor.envd import DataEvent, ProcessSelector, SendSignalRequest
+from pool import ENVD_PORT, EnvdClient, ExecutorError, ExecutorRefused, shell_command
 
-__all__ = ["ENVD_PORT", "Envd", "sandbox_headers"]
+__all__ = ["Envd", "sandbox_headers"]
 
-ENVD_PORT = 49983
-_END_STREAM = 0x02  # Connect envelope flag: the trailer follows
+T = TypeVar("T")
 _RUN_TIMEOUT = httpx.Timeout(30.0, read=300.0)
 
 
@@ -29,161 +36,133 @@ def sandbox_headers(sandbox_id: str, port: int) -> dict[str, str]:
     return {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(port)}
 
 
-class _Start(msgspec.Struct):
-    pid: int = 0
+class _Reply:
+    """An httpx streaming response as the client reads one."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.aiter_bytes():
+            yield chunk
+
+    async def read(self, limit: int = 16 << 20) -> bytes:
+        body = bytearray()
+        async for chunk in self.chunks():
+            body += chunk
+            if len(body) > limit:
+                raise ExecutorError(f"the answer of the sandbox's envd is larger than {limit} bytes")
+        return bytes(body)
+
+    async def prefix(self, limit: int) -> bytes:
+        body = bytearray()
+        async for chunk in self.chunks():
+            body += chunk
+            if len(body) >= limit:
+                break
+        return bytes(body[:limit])
 
 
-class _End(msgspec.Struct, rename="camel"):
-    exit_code: int = 0
-    error: str | None = None
+class _GatewayTransport:
+    """envd's requests sent to the gateway with the routing headers of one sandbox's envd port."""
 
+    def __init__(self, client: httpx.AsyncClient, sandbox_id: str) -> None:
+        self._client = client
+        self._routing = sandbox_headers(sandbox_id, ENVD_PORT)
 
-class _Event(msgspec.Struct):
-    start: _Start | None = None
-    data: dict[str, str] | None = None  # stdout / stderr / pty: base64
-    end: _End | None = None
-
-
-class _Message(msgspec.Struct):
-    event: _Event | None = None
-    error: dict[str, str] | None = None  # the end-of-stream trailer's error
-
-
-class _Process(msgspec.Struct):
-    pid: int
-    tag: str | None = None
-
-
-class _Processes(msgspec.Struct):
-    processes: list[_Process] = []
-
-
-_message = msgspec.json.Decoder(_Message)
+    @asynccontextmanager
+    async def exchange(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> AsyncIterator[_Reply]:
+        request = self._client.build_request(method, target, headers={**self._routing, **headers}, content=body)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise ExecutorError(f"{method} {target.split('?', 1)[0]} through {self._client.base_url}: {exc!r}") from exc
+        try:
+            yield _Reply(response)
+        except httpx.HTTPError as exc:
+            raise ExecutorError(f"reading the answer to {method} {target.split('?', 1)[0]}: {exc!r}") from exc
+        finally:
+            await response.aclose()
 
 
 class Envd:
-    """One sandbox's envd, as `user`, with its access token; every call goes through `client` (the API's URL)."""
+    """One sandbox's envd, as `user`, with its access token, through the API at `api_url`; a context manager
+    (its event loop and connections close with the block)."""
 
-    def __init__(self, client: httpx.Client, sandbox_id: str, access_token: str | None, *, user: str) -> None:
-        self._client = client
-        self._user = user
-        self._headers = sandbox_headers(sandbox_id, ENVD_PORT)
-        if access_token:
-            self._headers["X-Access-Token"] = access_token
-        self._auth = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+    def __init__(self, api_url: httpx.URL, sandbox_id: str, access_token: str | None, *, user: str) -> None:
+        self._runner = asyncio.Runner()
+        self._http = httpx.AsyncClient(base_url=api_url, timeout=_RUN_TIMEOUT)
+        self._client = EnvdClient(_GatewayTransport(self._http, sandbox_id), user=user, token=access_token)
 
     def upload(self, files: dict[str, bytes]) -> None:
         """Write each absolute path's content (parents created, owned by the user), in one request."""
-        parts = [("file", (path, content, "application/octet-stream")) for path, content in files.items()]
-        response = self._client.post(
-            "/files", params={"username": self._user}, files=parts, headers=self._headers, timeout=_RUN_TIMEOUT
-        )
-        _check(response, "upload files")
+        self._call("upload files", self._client.write_files(files))
 
     def read(self, path: str) -> bytes | None:
         """A file's content, or None when it does not exist."""
-        response = self._client.get("/files", params={"path": path, "username": self._user}, headers=self._headers)
-        if response.status_code == 404:
-            return None
-        _check(response, f"read {path}")
-        return response.content
+
+        async def read() -> bytes | None:
+            try:
+                async with self._client.read_file(path) as reply:
+                    return await reply.read()
+            except ExecutorRefused as exc:
+                if exc.code == 404:
+                    return None
+                raise
+
+        return self._call(f"read {path}", read())
 
     def run(self, command: str) -> tuple[int, str]:
-        """Run `bash -l -c command` to its end: its exit code and its output (stdout then stderr)."""
+        """Run `bash -l -c command` to its end: its exit code and its output (stdout and stderr as they came)."""
         out: list[bytes] = []
-        with self._start(command, tag=None, envs={}) as events:
-            for message, raw in events:
-                if message.event and message.event.end:
-                    return message.event.end.exit_code, b"".join(out).decode(errors="replace")
-                out.append(raw)
-        raise DeployError(f"the sandbox's envd ended the command {command[:60]!r} without its exit code")
+
+        def output(data: DataEvent) -> None:
+            out.extend(chunk for chunk in (data.stdout, data.stderr, data.pty) if chunk)
+
+        end = self._call(f"run {command[:60]!r}", self._client.run(shell_command(command), output))
+        return end.exit_code, b"".join(out).decode(errors="replace")
 
     def start(self, command: str, *, tag: str, envs: dict[str, str]) -> int:
         """Start `bash -l -c command` in the background (its stream is closed, it lives on); its pid."""
-        with self._start(command, tag=tag, envs=envs) as events:
-            for message, _ in events:
-                if message.event and message.event.start:
-                    return message.event.start.pid
-        raise DeployError(f"the sandbox's envd did not start {command[:60]!r}")
-
-    def _start(self, command: str, *, tag: str | None, envs: dict[str, str]) -> _Stream:
-        request = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", command], "envs": envs}, "stdin": False}
-        if tag:
-            request["tag"] = tag
-        body = msgspec.json.encode(request)
-        headers = self._headers | {
-            "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1", "Authorization": self._auth,
-        }  # fmt: skip
-        return _Stream(self._client, struct.pack(">BI", 0, len(body)) + body, headers)
+        request = shell_command(command, envs=envs, tag=tag)
+        return self._call(f"start {command[:60]!r}", self._client.start_background(request))
 
     def tagged(self, tag: str) -> list[int]:
         """Pids of the running processes started with `tag`."""
-        response = self._unary("process.Process/List", {})
-        return [p.pid for p in msgspec.json.decode(response, type=_Processes).processes if p.tag == tag]
+        return [p.pid for p in self._call("list processes", self._client.list_processes()) if p.tag == tag]
 
     def signal(self, tag: str, signal: str) -> None:
         """Send SIGTERM or SIGKILL (`signal`) to the process group started with `tag`; nothing when none runs."""
-        with contextlib.suppress(_NotFound):
-            self._unary("process.Process/SendSignal", {"process": {"tag": tag}, "signal": f"SIGNAL_{signal}"})
 
-    def _unary(self, method: str, request: dict[str, object]) -> bytes:
-        headers = self._headers | {"Content-Type": "application/json", "Authorization": self._auth}
-        response = self._client.post(f"/{method}", content=msgspec.json.encode(request), headers=headers)
-        if response.status_code == 404 and b"not_found" in response.content:
-            raise _NotFound
-        _check(response, method)
-        return response.content
+        async def send() -> None:
+            try:
+                await self._client.send_signal(SendSignalRequest(ProcessSelector(tag=tag), f"SIGNAL_{signal}"))
+            except ExecutorRefused as exc:
+                if exc.code != "not_found":  # no process matched the selector
+                    raise
 
+        self._call(f"signal {tag}", send())
 
-class _NotFound(Exception):
-    """The Connect error `not_found`: no process matched the selector."""
+    def _call(self, what: str, call: Coroutine[Any, Any, T]) -> T:
+        """Run one call of the client on this object's event loop; its errors as DeployError."""
+        try:
+            return self._runner.run(call)
+        except ExecutorRefused as exc:
+            raise DeployError(f"the sandbox refused to {what}: {exc.code} {exc.message[:300]}") from exc
+        except ExecutorError as exc:
+            raise DeployError(f"the sandbox's envd failed to {what}: {exc}") from exc
 
+    def __enter__(self) -> Envd:
+        return self
 
-class _Stream:
-    """A Connect server stream as a context manager that yields (message, its output bytes) pairs."""
-
-    def __init__(self, client: httpx.Client, body: bytes, headers: dict[str, str]) -> None:
-        self._request = client.build_request(
-            "POST", "/process.Process/Start", content=body, headers=headers, timeout=_RUN_TIMEOUT
-        )
-        self._client = client
-        self._response: httpx.Response | None = None
-
-    def __enter__(self) -> Iterator[tuple[_Message, bytes]]:
-        """Messages with the output each carries; the trailer's error raises DeployError."""
-        response = self._client.send(self._request, stream=True)
-        if response.status_code != 200:
-            response.read()
-            response.close()
-            _check(response, "start a process")
-        self._response = response
-        return _envelopes(response)
-
-    def __exit__(self, *_: object) -> None:
-        if self._response is not None:
-            self._response.close()
-
-
-def _envelopes(response: httpx.Response) -> Iterator[tuple[_Message, bytes]]:
-    buffer = b""
-    for chunk in response.iter_bytes():
-        buffer += chunk
-        while len(buffer) >= 5 and len(buffer) >= 5 + (size := struct.unpack(">I", buffer[1:5])[0]):
-            flags, payload, buffer = buffer[0], buffer[5 : 5 + size], buffer[5 + size :]
-            message = _message.decode(payload)
-            if flags & _END_STREAM:
-                if message.error:
-                    raise DeployError(f"the sandbox's envd failed: {message.error.get('message', message.error)}")
-                return
-            data = message.event.data if message.event and message.event.data else {}
-            yield message, b"".join(base64.b64decode(value) for value in data.values())
-
-
-def _check(response: httpx.Response, what: str) -> None:
-    if response.is_success:
-        return
-    try:
-        message = msgspec.json.decode(response.content).get("message") or response.text
-    except (msgspec.DecodeError, AttributeError):
-        message = response.text
-    raise DeployError(f"the sandbox refused to {what}: {response.status_code} {str(message)[:300]}")
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._runner.run(self._http.aclose())
+        finally:
+            self._runner.close()

@@ -84,14 +84,14 @@ class Deployer:
         else:
             sandbox = self._plane.create(name, plan.template, plan.port)
             self._say(f"created sandbox {sandbox.sandbox_id} ({plan.template}) for {name}")
-        envd = Envd(self._sandboxes, sandbox.sandbox_id, sandbox.access_token, user=_USER)
-        self._install(envd, directory, plan)
-        envd.start(plan.command(), tag=AUTOSTART_TAG, envs={AUTOSTART_ENV: "1"})
-        self._say(f"started ({plan.kind}): {plan.serve}, port {plan.port}")
-        try:
-            self._wait_serving(envd, sandbox.sandbox_id, plan.port)
-        except DeployError as exc:
-            raise DeployError(f"{exc} (fix it and deploy again, or: agent-sandbox deploy --delete {name})") from exc
+        with Envd(self._sandboxes.base_url, sandbox.sandbox_id, sandbox.access_token, user=_USER) as envd:
+            self._install(envd, directory, plan)
+            envd.start(plan.command(), tag=AUTOSTART_TAG, envs={AUTOSTART_ENV: "1"})
+            self._say(f"started ({plan.kind}): {plan.serve}, port {plan.port}")
+            try:
+                self._wait_serving(envd, sandbox.sandbox_id, plan.port)
+            except DeployError as exc:
+                raise DeployError(f"{exc} (fix it and deploy again, or: agent-sandbox deploy --delete {name})") from exc
         return public_url(self._api_url, plan.port, sandbox.sandbox_id, sandbox.domain)
 
     def _install(self, envd: Envd, directory: Path, plan: AppPlan) -> None:

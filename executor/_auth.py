@@ -12,10 +12,12 @@ from collections.abc import Mapping
 
 from executor._defaults import Defaults
 from executor._errors import Unauthenticated
+from executor.envd import ACCESS_TOKEN_HEADER
 
 __all__ = ("UNAUTHORIZED_MESSAGE", "check_file_access", "request_allowed", "sign")
 
 UNAUTHORIZED_MESSAGE = "unauthorized access, please provide a valid access token or method signing if supported"
+_TOKEN = ACCESS_TOKEN_HEADER.lower()  # request headers arrive with lower-case names
 _EXEMPT = frozenset(
     {("GET", "/health"), ("HEAD", "/health"), ("GET", "/files"), ("HEAD", "/files"), ("POST", "/files")}
 )
@@ -25,7 +27,7 @@ def request_allowed(defaults: Defaults, method: str, path: str, headers: Mapping
     """Whether the request may proceed past the general token check."""
     if defaults.access_token is None or (method, path) in _EXEMPT:
         return True
-    return _same(headers.get("x-access-token", ""), defaults.access_token)
+    return _same(headers.get(_TOKEN, ""), defaults.access_token)
 
 
 def check_file_access(defaults: Defaults, headers: Mapping[str, str], query: Mapping[str, str], operation: str) -> None:
@@ -33,7 +35,7 @@ def check_file_access(defaults: Defaults, headers: Mapping[str, str], query: Map
     token = defaults.access_token
     if token is None:
         return
-    header = headers.get("x-access-token", "")
+    header = headers.get(_TOKEN, "")
     if header:
         if not _same(header, token):
             raise Unauthenticated("access token present in header but does not match")

@@ -25,19 +25,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import msgspec
-
-from executor._envelopes import END_STREAM, MAX_MESSAGE_BYTES, decode, envelope, read_messages, read_single_message
+from executor._envelopes import decode, read_messages, read_single_message
 from executor._errors import DeadlineExceeded, ExecutorError, Internal, InvalidArgument, Unimplemented
 from executor._exchange import Request, Response
-from executor._messages import Message, decoder, encode
+from executor.envd import (
+    END_STREAM,
+    MAX_MESSAGE_BYTES,
+    STREAM_TYPE,
+    UNARY_TYPE,
+    EndOfStream,
+    ErrorBody,
+    Message,
+    decoder,
+    encode,
+    envelope,
+)
 
 __all__ = ("Call", "ClientStream", "Rpc", "ServerStream", "Stream", "Unary", "send_error")
 
 logger = logging.getLogger("executor")
-
-UNARY_TYPE = "application/json"
-STREAM_TYPE = "application/connect+json"
 
 HTTP_STATUS = {
     "canceled": 499,
@@ -220,8 +226,8 @@ def as_rpc_error(exc: Exception) -> ExecutorError:
 
 
 def encode_error(error: ExecutorError, wrap: bool = False) -> bytes:
-    body = {"code": error.code, "message": error.message}
-    return msgspec.json.encode({"error": body} if wrap else body)
+    body = ErrorBody(code=error.code, message=error.message)
+    return encode(EndOfStream(error=body) if wrap else body)
 
 
 async def send_error(response: Response, error: ExecutorError, status: int | None = None) -> None:

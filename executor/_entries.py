@@ -16,7 +16,7 @@ import stat
 import time
 
 from executor._errors import os_errors
-from executor._messages import EntryInfo
+from executor.envd import EntryInfo
 
 __all__ = ("FILE_TYPE_DIRECTORY", "entry_from_stat", "entry_info")
 

@@ -1,4 +1,4 @@
-"""Connect's message framing: 5-byte envelopes (flags, big-endian length) around JSON payloads.
+"""Reading Connect's envelopes (framed as `executor.envd` defines them) from a request body.
 
 Request bodies of streaming calls are read envelope by envelope as they arrive and decoded with
 the method's msgspec decoder; compressed or end-of-stream flags from a client are refused.
@@ -6,7 +6,6 @@ the method's msgspec decoder; compressed or end-of-stream flags from a client ar
 
 from __future__ import annotations
 
-import struct
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
@@ -14,19 +13,11 @@ import msgspec
 
 from executor._errors import InvalidArgument, PayloadTooLarge, Unimplemented
 from executor._exchange import Body
-from executor._messages import Message
+from executor.envd import COMPRESSED, END_STREAM, ENVELOPE_HEADER, MAX_MESSAGE_BYTES, Message
 
-__all__ = ("END_STREAM", "MAX_MESSAGE_BYTES", "decode", "envelope", "read_messages", "read_single_message")
-
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-COMPRESSED = 0x01
-END_STREAM = 0x02
+__all__ = ("decode", "read_messages", "read_single_message")
 
 Req = TypeVar("Req", bound=Message)
-
-
-def envelope(payload: bytes, flags: int = 0) -> bytes:
-    return struct.pack(">BI", flags, len(payload)) + payload
 
 
 def decode(message_decoder: msgspec.json.Decoder[Req], payload: bytes) -> Req:
@@ -42,7 +33,7 @@ async def _payloads(body: Body) -> AsyncIterator[bytes]:
     async for chunk in body.chunks():
         buffer += chunk
         while len(buffer) >= 5:
-            flags, size = struct.unpack_from(">BI", buffer)
+            flags, size = ENVELOPE_HEADER.unpack_from(buffer)
             if size > MAX_MESSAGE_BYTES:
                 raise PayloadTooLarge(f"message of {size} bytes is over the {MAX_MESSAGE_BYTES} byte limit")
             if len(buffer) < 5 + size:

@@ -12,7 +12,9 @@ from executor._connect import Call, Rpc, Unary
 from executor._defaults import Defaults
 from executor._entries import FILE_TYPE_DIRECTORY, entry_from_stat, entry_info
 from executor._errors import AlreadyExists, InvalidArgument, NotFound, os_errors
-from executor._messages import (
+from executor._paths import ensure_dirs, resolve
+from executor._users import User, from_authorization
+from executor.envd import (
     Empty,
     EntryInfo,
     EntryResponse,
@@ -21,8 +23,6 @@ from executor._messages import (
     MoveRequest,
     PathRequest,
 )
-from executor._paths import ensure_dirs, resolve
-from executor._users import User, from_authorization
 
 __all__ = ("FilesystemService",)
 

@@ -13,16 +13,9 @@ import msgspec
 from executor._defaults import Defaults
 from executor._errors import InvalidArgument, Unauthenticated
 from executor._users import lookup
+from executor.envd import InitRequest
 
-__all__ = ("InitRequest", "apply_init")
-
-
-class InitRequest(msgspec.Struct, rename="camel"):
-    env_vars: dict[str, str] | None = None
-    access_token: str | None = None
-    default_user: str | None = None
-    default_workdir: str | None = None
-
+__all__ = ("apply_init",)
 
 _decoder = msgspec.json.Decoder(InitRequest)
 

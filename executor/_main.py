@@ -1,6 +1,6 @@
 """The command line: `python3 -m executor` runs the envd-compatible daemon of a sandbox.
 
-    python3 -m executor [--host 0.0.0.0] [--port 49983] [--ready-fd N] [--log PATH]
+    python3 -m executor [--host 0.0.0.0] [--port ENVD_PORT] [--ready-fd N] [--log PATH]
                         [--default-user user] [--init-file PATH] [--max-upload-bytes N]
                         [--max-archive-bytes N] [--home DIR]
 
@@ -20,6 +20,7 @@ from executor._app import App, Settings
 from executor._defaults import Defaults
 from executor._http import Connection, listen, stop_on_signals
 from executor._reaper import Reaper
+from executor.envd import ENVD_PORT
 
 __all__ = ("main",)
 
@@ -81,7 +82,9 @@ async def _serve(host: str, port: int, ready_fd: int | None, app: App) -> int:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python3 -m executor", description="envd-compatible sandbox daemon")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=49983, help="port to listen on (default: 49983; 0 picks one)")
+    parser.add_argument(
+        "--port", type=int, default=ENVD_PORT, help=f"port to listen on (default: {ENVD_PORT}; 0 picks one)"
+    )
     parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening, then close it")
     parser.add_argument("--log", help="reopen stdin to /dev/null and stdout/stderr to this file (append)")
     parser.add_argument("--default-user", default="user", help="user for requests that name none (default: user)")

@@ -17,7 +17,11 @@ from collections.abc import AsyncIterator
 from executor._connect import Call, ClientStream, Rpc, ServerStream, Stream, Unary
 from executor._defaults import Defaults
 from executor._errors import FailedPrecondition, InvalidArgument
-from executor._messages import (
+from executor._paths import resolve
+from executor._processes import Exit, Process, ProcessTable
+from executor._spawn import Spec
+from executor._users import User, from_authorization
+from executor.envd import (
     DataEvent,
     Empty,
     EndEvent,
@@ -37,10 +41,6 @@ from executor._messages import (
     StreamInputRequest,
     UpdateRequest,
 )
-from executor._paths import resolve
-from executor._processes import Exit, Process, ProcessTable
-from executor._spawn import Spec
-from executor._users import User, from_authorization
 
 __all__ = ("ProcessService",)
 

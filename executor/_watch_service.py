@@ -16,7 +16,9 @@ from executor._defaults import Defaults
 from executor._entries import entry_info
 from executor._errors import ExecutorError, InvalidArgument, NotFound, PayloadTooLarge, os_errors
 from executor._inotify import FsEvent, Watcher
-from executor._messages import (
+from executor._paths import resolve
+from executor._users import from_authorization
+from executor.envd import (
     Empty,
     EntryInfo,
     FilesystemEvent,
@@ -26,8 +28,6 @@ from executor._messages import (
     WatcherRequest,
     WatchRequest,
 )
-from executor._paths import resolve
-from executor._users import from_authorization
 
 __all__ = ("WatchService",)
 

@@ -2,6 +2,16 @@
 
 from pool import _envd as envd  # the executor's client: `envd.Connection`, `envd.exchange`, `envd.call_unary`, ...
 from pool._autostart import AUTOSTART_ENV, AUTOSTART_FILE, AUTOSTART_TAG, Autostart
+from pool._envd import (
+    ENVD_PORT,
+    EnvdClient,
+    EnvdTransport,
+    KeptAliveTransport,
+    Reply,
+    SocketOpener,
+    SocketTransport,
+    shell_command,
+)
 from pool._errors import (
     ExecutorError,
     ExecutorRefused,
@@ -45,12 +55,16 @@ __all__ = [
     "AUTOSTART_FILE",
     "AUTOSTART_TAG",
     "DEFAULT_CRIU_DIR",
+    "ENVD_PORT",
     "Autostart",
+    "EnvdClient",
+    "EnvdTransport",
     "ExecutorError",
     "ExecutorInit",
     "ExecutorRefused",
     "ImageBuildError",
     "ImageStore",
+    "KeptAliveTransport",
     "KubeApi",
     "KubeApiError",
     "KubeConnection",
@@ -63,6 +77,7 @@ __all__ = [
     "PlatformCheck",
     "PoolError",
     "PortClosed",
+    "Reply",
     "Resources",
     "Runtime",
     "RuntimeCapabilities",
@@ -72,6 +87,8 @@ __all__ = [
     "SandboxStats",
     "SnapshotInfo",
     "SnapshotKind",
+    "SocketOpener",
+    "SocketTransport",
     "Template",
     "TemplateError",
     "WarmPoolStats",
@@ -83,5 +100,6 @@ __all__ = [
     "load_templates",
     "open_kube_runtime",
     "post_init",
+    "shell_command",
     "while_leading",
 ]

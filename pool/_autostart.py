@@ -19,8 +19,9 @@ from typing import Annotated
 
 import msgspec
 
+from executor.envd import ENVD_PORT
 from pool._errors import RuntimeFailure
-from pool._executor_client import EXECUTOR_PORT, read_file, start_process
+from pool._executor_client import read_file, start_process
 from pool._runtime import SandboxSpec
 from pool._template_start import Connect, wait_for_ports
 
@@ -48,9 +49,7 @@ async def run_autostart(connect: Connect, spec: SandboxSpec, *, ports_timeout: f
     """Start the sandbox's autostart command, if it has one, and wait for its ports; its pid inside, or none."""
     user, token = spec.template.user, spec.init.access_token
     try:
-        raw = await read_file(
-            await connect(EXECUTOR_PORT), AUTOSTART_FILE, user=user, token=token, limit=_MAX_FILE_BYTES
-        )
+        raw = await read_file(await connect(ENVD_PORT), AUTOSTART_FILE, user=user, token=token, limit=_MAX_FILE_BYTES)
         if raw is None:
             return []
         autostart = _decoder.decode(raw)
@@ -58,7 +57,7 @@ async def run_autostart(connect: Connect, spec: SandboxSpec, *, ports_timeout: f
         _log.warning("sandbox %s: ~/%s ignored: %s", spec.sandbox_id, AUTOSTART_FILE, exc)
         return []
     command = f"export {AUTOSTART_ENV}=1; {autostart.command}"
-    pid = await start_process(await connect(EXECUTOR_PORT), command, tag=AUTOSTART_TAG, user=user, token=token)
+    pid = await start_process(await connect(ENVD_PORT), command, tag=AUTOSTART_TAG, user=user, token=token)
     template = msgspec.structs.replace(spec.template, ports=tuple(autostart.ports))
     try:
         await wait_for_ports(connect, template, within=ports_timeout)

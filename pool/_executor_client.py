@@ -1,28 +1,28 @@
-"""The few calls the control plane makes to a sandbox's executor, over a socket the runtime opened.
+"""The calls the runtimes and warm pools make to a sandbox's executor, each on a socket the runtime opened.
 
-Each call uses up its socket (`Connection: close`). `freeze`/`thaw` and the archive calls are the executor's own
-endpoints (`/agent-sandbox/*`), with which the Kubernetes runtime pauses and snapshots a pod from inside it.
+Each call uses up its socket (`Connection: close`), goes through `EnvdClient`, is bounded in time, and turns the
+client's errors into RuntimeFailure. `freeze`/`thaw` and the archive calls are the executor's own endpoints
+(`/agent-sandbox/*`), with which the Kubernetes runtime pauses and snapshots a pod from inside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import socket
-import struct
-import urllib.parse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-import msgspec
-
-from pool import _envd as envd
-from pool._errors import ExecutorError, RuntimeFailure
+from executor.envd import ENVD_PORT, InitRequest, ProcessInfo
+from pool._envd import EnvdClient, SocketTransport, one_socket, shell_command
+from pool._errors import ExecutorError, ExecutorRefused, RuntimeFailure
 from pool._runtime import ExecutorInit
 
 __all__ = [
     "EXECUTOR_PORT",
     "download_archive",
-    "exchange",
     "freeze",
+    "get",
+    "list_processes",
     "post_init",
     "read_file",
     "start_process",
@@ -30,45 +30,22 @@ __all__ = [
     "upload_archive",
 ]
 
-EXECUTOR_PORT = 49983  # fixed by E2B's envd protocol, in every runtime
-_encoder = msgspec.json.Encoder()
+EXECUTOR_PORT = ENVD_PORT  # the name the runtimes use for it
 _TIMEOUT = 10.0
 _ARCHIVE_TIMEOUT = 120.0
 """An archive is up to the executor's --max-archive-bytes (256 MiB) each way, packed or unpacked meanwhile."""
 
 
-class _Command(msgspec.Struct, kw_only=True):
-    cmd: str
-    args: list[str]
-
-
-class _StartRequest(msgspec.Struct, kw_only=True):
-    process: _Command
-    tag: str
-    stdin: bool = False
-
-
-class _StartEvent(msgspec.Struct):
-    pid: int
-
-
-class _Event(msgspec.Struct):
-    start: _StartEvent | None = None
-
-
-class _Message(msgspec.Struct):
-    event: _Event | None = None
-
-
-_message = msgspec.json.Decoder(_Message)
-
-
 async def post_init(sock: socket.socket, init: ExecutorInit, current_token: str | None) -> None:
     """Apply env vars, access token and default user to a running executor (envd's `POST /init`)."""
-    headers = {"Content-Type": "application/json"}
-    status, body = await exchange(sock, "POST", "/init", headers, _encoder.encode(init), current_token)
-    if not 200 <= status < 300:
-        raise RuntimeFailure(f"executor refused POST /init: {status} {body[:300].decode(errors='replace')}")
+    request = InitRequest(
+        env_vars=init.env_vars or None,
+        access_token=init.access_token,
+        default_user=init.default_user,
+        default_workdir=init.default_workdir,
+    )
+    async with _calling(sock, "POST /init", current_token) as client:
+        await client.init(request)
 
 
 async def start_process(sock: socket.socket, command: str, *, tag: str, user: str, token: str | None) -> int:
@@ -77,21 +54,15 @@ async def start_process(sock: socket.socket, command: str, *, tag: str, user: st
     Only the stream's first message (`start{pid}`) is read: closing the stream leaves the process running,
     with no deadline, reachable by its `tag` like any other process of the sandbox.
     """
-    message = _encoder.encode(_StartRequest(process=_Command(cmd="/bin/bash", args=["-l", "-c", command]), tag=tag))
-    auth = base64.b64encode(f"{user}:".encode()).decode()
-    headers = {**envd.STREAM_HEADERS, "Authorization": f"Basic {auth}"}
-    status, first = await exchange(
-        sock, "POST", "/process.Process/Start", headers, envd.envelope(message), token, first_envelope=True
-    )
-    event = None
-    if status == 200 and first and not first[0] & envd.END_STREAM:
-        try:
-            event = _message.decode(first[5:]).event
-        except msgspec.DecodeError as exc:
-            raise RuntimeFailure(f"executor sent a bad start event: {first[:300]!r}") from exc
-    if event is None or event.start is None:
-        raise RuntimeFailure(f"executor did not start {command!r}: {status} {first[:300].decode(errors='replace')}")
-    return event.start.pid
+    request = shell_command(command, tag=tag)
+    async with _calling(sock, f"start {command!r}", token, user=user) as client:
+        return await client.start_background(request)
+
+
+async def list_processes(sock: socket.socket, token: str | None) -> list[ProcessInfo]:
+    """The processes the executor started and that still run (process.Process/List)."""
+    async with _calling(sock, "process.Process/List", token) as client:
+        return await client.list_processes()
 
 
 async def read_file(sock: socket.socket, path: str, *, user: str, token: str | None, limit: int) -> bytes | None:
@@ -99,81 +70,55 @@ async def read_file(sock: socket.socket, path: str, *, user: str, token: str | N
 
     RuntimeFailure when the executor refuses, or the file is larger than `limit` bytes (nothing more is read).
     """
-    query = urllib.parse.urlencode({"path": path, "username": user})
-    status, body = await exchange(sock, "GET", f"/files?{query}", {}, b"", token, limit=limit)
-    if status == 404:
-        return None
-    if status != 200:
-        raise RuntimeFailure(f"executor refused GET /files {path}: {status} {body[:300].decode(errors='replace')}")
-    return body
+    async with _calling(sock, f"GET /files {path}", token, user=user) as client:
+        try:
+            async with client.read_file(path) as reply:
+                return await reply.read(limit)
+        except ExecutorRefused as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+
+async def get(sock: socket.socket, target: str, token: str | None) -> bytes:
+    """The body of the executor's answer to `GET target` (`/metrics`)."""
+    async with _calling(sock, f"GET {target}", token) as client:
+        return await client.get(target)
 
 
 async def freeze(sock: socket.socket, token: str | None) -> None:
     """Stop every process of the sandbox but the executor (`POST /agent-sandbox/freeze`); idempotent."""
-    await _call(sock, "POST", "/agent-sandbox/freeze", token)
+    async with _calling(sock, "POST /agent-sandbox/freeze", token) as client:
+        await client.freeze()
 
 
 async def thaw(sock: socket.socket, token: str | None) -> None:
     """Continue every process of the sandbox (`POST /agent-sandbox/thaw`); idempotent."""
-    await _call(sock, "POST", "/agent-sandbox/thaw", token)
+    async with _calling(sock, "POST /agent-sandbox/thaw", token) as client:
+        await client.thaw()
 
 
 async def download_archive(sock: socket.socket, token: str | None, *, limit: int) -> bytes:
     """The sandbox's working directory as a tar.gz (`GET /agent-sandbox/archive`); RuntimeFailure past `limit` bytes."""
-    return await _call(sock, "GET", "/agent-sandbox/archive", token, limit=limit, time_limit=_ARCHIVE_TIMEOUT)
+    async with _calling(sock, "GET /agent-sandbox/archive", token, time_limit=_ARCHIVE_TIMEOUT) as client:
+        return await client.download_archive(limit=limit)
 
 
 async def upload_archive(sock: socket.socket, token: str | None, archive: bytes) -> None:
     """Unpack a `download_archive` tar.gz into the sandbox's working directory (`PUT /agent-sandbox/archive`)."""
-    headers = {"Content-Type": "application/gzip"}
-    await _call(sock, "PUT", "/agent-sandbox/archive", token, headers, archive, time_limit=_ARCHIVE_TIMEOUT)
+    async with _calling(sock, "PUT /agent-sandbox/archive", token, time_limit=_ARCHIVE_TIMEOUT) as client:
+        await client.upload_archive(archive)
 
 
-async def _call(
-    sock: socket.socket,
-    method: str,
-    path: str,
-    token: str | None,
-    headers: dict[str, str] | None = None,
-    body: bytes = b"",
-    *,
-    limit: int = 1 << 20,
-    time_limit: float = _TIMEOUT,
-) -> bytes:
-    """The body of a 2xx answer; RuntimeFailure with the status and an excerpt of the body otherwise."""
-    status, answer = await exchange(sock, method, path, headers or {}, body, token, limit=limit, time_limit=time_limit)
-    if not 200 <= status < 300:
-        raise RuntimeFailure(f"executor refused {method} {path}: {status} {answer[:300].decode(errors='replace')}")
-    return answer
-
-
-async def exchange(
-    sock: socket.socket,
-    method: str,
-    target: str,
-    headers: dict[str, str],
-    body: bytes,
-    token: str | None,
-    *,
-    first_envelope: bool = False,
-    limit: int = 1 << 20,
-    time_limit: float = _TIMEOUT,
-) -> tuple[int, bytes]:
-    """One request through the executor client (`pool._envd`), bounded by `time_limit` seconds: its status and its body,
-    or only the body's first Connect envelope. RuntimeFailure when the exchange breaks or the body passes `limit`."""
-    what = f"{method} {target.split('?', 1)[0]}"
-    if token:
-        headers = {**headers, "X-Access-Token": token}
+@asynccontextmanager
+async def _calling(
+    sock: socket.socket, what: str, token: str | None, *, user: str | None = None, time_limit: float = _TIMEOUT
+) -> AsyncIterator[EnvdClient]:
+    """A client for one call on `sock`, bounded by `time_limit` seconds; its errors raised as RuntimeFailure."""
     try:
-        async with asyncio.timeout(time_limit), envd.exchange(sock, method, target, headers, body) as response:
-            if first_envelope and response.status == 200:
-                return response.status, await _first_envelope(response)
-            return response.status, await response.read(limit)
+        async with asyncio.timeout(time_limit):
+            yield EnvdClient(SocketTransport(one_socket(sock)), user=user, token=token)
+    except ExecutorRefused as exc:
+        raise RuntimeFailure(f"executor refused {what}: {exc.code} {exc.message[:300]}") from exc
     except (ExecutorError, TimeoutError) as exc:
         raise RuntimeFailure(f"executor did not answer {what}: {exc!r}") from exc
-
-
-async def _first_envelope(response: envd.Response) -> bytes:
-    async for flags, payload in envd.envelopes(response):
-        return struct.pack(">BI", flags, len(payload)) + payload
-    return b""

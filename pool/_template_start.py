@@ -11,8 +11,9 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 
+from executor.envd import ENVD_PORT
 from pool._errors import PortClosed, RuntimeFailure
-from pool._executor_client import EXECUTOR_PORT, post_init, start_process
+from pool._executor_client import post_init, start_process
 from pool._runtime import SandboxSpec
 from pool._templates import Template
 
@@ -26,7 +27,7 @@ _LAST_RETRY = 0.1
 
 async def bring_up(connect: Connect, spec: SandboxSpec, *, ports_timeout: float) -> list[int]:
     """Apply `spec.init`, start the template's commands and wait for its ports; return the commands' pids."""
-    await post_init(await connect(EXECUTOR_PORT), spec.init, None)
+    await post_init(await connect(ENVD_PORT), spec.init, None)
     pids = await run_start_commands(connect, spec)
     await wait_for_ports(connect, spec.template, within=ports_timeout)
     return pids
@@ -36,7 +37,7 @@ async def run_start_commands(connect: Connect, spec: SandboxSpec) -> list[int]:
     """Start each of the template's start commands without waiting for it to end; their pids inside."""
     user, token = spec.template.user, spec.init.access_token
     return [
-        await start_process(await connect(EXECUTOR_PORT), command, tag=f"{START_TAG}{n}", user=user, token=token)
+        await start_process(await connect(ENVD_PORT), command, tag=f"{START_TAG}{n}", user=user, token=token)
         for n, command in enumerate(spec.template.start)
     ]
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
+from executor.envd import ENVD_PORT
 from pool._errors import PoolError
 from pool._executor_client import post_init
 from pool._runtime import ExecutorInit, SandboxSpec
@@ -34,7 +35,6 @@ __all__ = ["WarmPoolStats", "WarmPools", "WarmRuntime", "apply_claim_init"]
 
 _log = logging.getLogger("pool.warm")
 
-ENVD_PORT = 49983  # the executor's port in every runtime: fixed by E2B's envd protocol
 _FIRST_GUESS = 0.5  # seconds a start takes, until a refill has measured it
 
 

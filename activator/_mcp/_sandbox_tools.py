@@ -20,12 +20,12 @@ from activator._mcp._arguments import (
     WriteFile,
     input_schema,
 )
-from activator._mcp._envd import ENVD_PORT, Entry, Envd
+from activator._mcp._envd import Entry, Envd
 from activator._mcp._errors import BadArguments, UnknownTool
 from activator._mcp._interpreter import INTERPRETER_PORT, execute
 from activator._mcp._output import MAX_FILE_BYTES, MAX_LIST_ENTRIES, MAX_STREAM_BYTES, cut_marker
 from activator._mcp._sandbox import SandboxAccess, SandboxUrls
-from pool import Template
+from pool import ENVD_PORT, Template
 
 __all__ = ["SandboxTool", "run_sandbox_tool", "sandbox_tools"]
 

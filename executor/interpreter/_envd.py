@@ -13,6 +13,8 @@ import logging
 
 import msgspec
 
+from executor.envd import ACCESS_TOKEN_HEADER, ENVD_PORT
+
 __all__ = ("EnvdClient",)
 
 logger = logging.getLogger("interpreter")
@@ -25,14 +27,14 @@ _decoder = msgspec.json.Decoder(dict[str, str])
 class EnvdClient:
     """Reads `/envs` from the executor at `host:port`."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 49983) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = ENVD_PORT) -> None:
         self._host = host
         self._port = port
         self._warned = False  # an executor that cannot be reached is logged once, not at every execution
 
     async def envs(self, access_token: str | None) -> dict[str, str]:
         """The sandbox's variables; {} when the executor cannot be asked or refuses."""
-        token = f"X-Access-Token: {access_token}\r\n" if access_token else ""
+        token = f"{ACCESS_TOKEN_HEADER}: {access_token}\r\n" if access_token else ""
         request = f"GET /envs HTTP/1.1\r\nHost: executor\r\n{token}Connection: close\r\n\r\n".encode()
         try:
             async with asyncio.timeout(_TIMEOUT):

@@ -1,7 +1,7 @@
 """The command line: `python -m executor.interpreter` serves the code interpreter of a sandbox on port 49999.
 
     python -m executor.interpreter [--host 0.0.0.0] [--port 49999] [--cwd DIR] [--execution-limit SECONDS]
-                                   [--envd-port 49983] [--node node] [--no-prestart]
+                                   [--envd-port ENVD_PORT] [--node node] [--no-prestart]
 
 Run with the template's venv Python (it has jupyter-client, ipykernel and bash_kernel) and the executor's
 libraries on PYTHONPATH (templates/code-interpreter-v1.toml). SIGTERM stops every kernel and exits 0.
@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from executor._http import Connection, listen, stop_on_signals
+from executor.envd import ENVD_PORT
 from executor.interpreter._backend import Backend, BackendFactory
 from executor.interpreter._contexts import Contexts
 from executor.interpreter._envd import EnvdClient
@@ -98,7 +99,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--execution-limit", type=float, default=3600.0, help="seconds an execution may run; 0: no limit (3600)"
     )
-    parser.add_argument("--envd-port", type=int, default=49983, help="the executor's port, for /envs (49983)")
+    parser.add_argument(
+        "--envd-port", type=int, default=ENVD_PORT, help=f"the executor's port, for /envs ({ENVD_PORT})"
+    )
     parser.add_argument("--node", default="node", help="the Node.js binary for JavaScript contexts (node)")
     parser.add_argument("--no-prestart", action="store_true", help="start the Python kernel on first use only")
     return parser.parse_args(argv)

@@ -19,7 +19,8 @@ from litestar.response import Stream
 from activator import SandboxConflict, SandboxRecord
 from gateway.ui._auth import SessionDep
 from gateway.ui._context import SandboxIdPath, UiContext, UiDep
-from gateway.ui._envd import ENVD_PORT, Entry, Envd
+from gateway.ui._envd import Entry, Envd
+from pool import ENVD_PORT
 
 __all__ = ["IO_ROUTES", "envd_for"]
 

@@ -1,27 +1,29 @@
-"""A client of a sandbox's executor (E2B's envd protocol) over a socket already connected into the sandbox."""
+"""The client of a sandbox's executor (E2B's envd protocol; its wire is `executor.envd`): `EnvdClient` over an
+injected transport, and the HTTP/1.1 exchange over a socket connected into a sandbox that the transports use."""
 
-from pool._envd._connect import (
-    END_STREAM,
-    STREAM_HEADERS,
-    ConnectError,
-    call_unary,
-    decode_error,
-    envelope,
-    envelopes,
-    trailer_error,
-)
+from executor.envd import ENVD_PORT
+from pool._envd._client import EnvdClient, shell_command
 from pool._envd._http1 import Connection, Response, exchange
+from pool._envd._transport import (
+    EnvdTransport,
+    KeptAliveTransport,
+    Reply,
+    SocketOpener,
+    SocketTransport,
+    one_socket,
+)
 
 __all__ = [
-    "END_STREAM",
-    "STREAM_HEADERS",
-    "ConnectError",
+    "ENVD_PORT",
     "Connection",
+    "EnvdClient",
+    "EnvdTransport",
+    "KeptAliveTransport",
+    "Reply",
     "Response",
-    "call_unary",
-    "decode_error",
-    "envelope",
-    "envelopes",
+    "SocketOpener",
+    "SocketTransport",
     "exchange",
-    "trailer_error",
+    "one_socket",
+    "shell_command",
 ]

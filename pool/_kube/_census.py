@@ -18,48 +18,23 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-import msgspec
-
+from executor.envd import ProcessInfo
 from pool._autostart import AUTOSTART_ENV, AUTOSTART_TAG
-from pool._errors import PoolError, RuntimeFailure
-from pool._executor_client import exchange
+from pool._errors import PoolError
+from pool._executor_client import list_processes
 from pool._template_start import START_TAG
 
 __all__ = ["ProcessCensus", "template_only"]
 
 _log = logging.getLogger("pool.kubernetes")
-_HEADERS = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
-
-
-class _Config(msgspec.Struct, frozen=True, kw_only=True):
-    envs: dict[str, str] = {}
-
-
-class _Process(msgspec.Struct, frozen=True, kw_only=True):
-    config: _Config = _Config()
-    tag: str | None = None
-
-
-class _Listed(msgspec.Struct, frozen=True, kw_only=True):
-    processes: list[_Process] = []
-
-
-_listed = msgspec.json.Decoder(_Listed)
 
 
 async def template_only(sock: socket.socket, token: str | None) -> bool:
     """Whether every process the executor lists is the template's own (start commands, autostart)."""
-    status, body = await exchange(sock, "POST", "/process.Process/List", _HEADERS, b"{}", token)
-    if status != 200:
-        raise RuntimeFailure(f"executor refused process.Process/List: {status} {body[:300].decode(errors='replace')}")
-    try:
-        processes = _listed.decode(body).processes
-    except msgspec.DecodeError as exc:
-        raise RuntimeFailure(f"executor sent a bad process list: {body[:300]!r}") from exc
-    return all(_own(process) for process in processes)
+    return all(_own(process) for process in await list_processes(sock, token))
 
 
-def _own(process: _Process) -> bool:
+def _own(process: ProcessInfo) -> bool:
     tag = process.tag or ""
     return tag.startswith(START_TAG) or tag == AUTOSTART_TAG or process.config.envs.get(AUTOSTART_ENV) == "1"
 

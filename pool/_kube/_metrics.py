@@ -7,7 +7,7 @@ import socket
 import msgspec
 
 from pool._errors import RuntimeFailure
-from pool._executor_client import exchange
+from pool._executor_client import get
 from pool._runtime import SandboxStats
 
 __all__ = ["read_metrics"]
@@ -28,9 +28,7 @@ _decoder = msgspec.json.Decoder(_Metrics)
 
 async def read_metrics(sock: socket.socket, token: str | None) -> SandboxStats:
     """The executor's figures; `cpu_seconds` is not among them and is reported as 0."""
-    status, body = await exchange(sock, "GET", "/metrics", {}, b"", token)
-    if status != 200:
-        raise RuntimeFailure(f"executor refused GET /metrics: {status} {body[:300].decode(errors='replace')}")
+    body = await get(sock, "/metrics", token)
     try:
         m = _decoder.decode(body)
     except msgspec.DecodeError as exc:

@@ -1,6 +1,11 @@
-"""The messages of envd's `process.Process` and `filesystem.Filesystem` services, as msgspec Structs.
+"""envd's wire, defined once for the executor that serves it and every client of it (`pool.EnvdClient`).
 
-They follow the proto3 JSON mapping the SDKs use (e2b-protocol.md §3.4 to §3.6):
+What is here: the port, the Connect content types and headers, envd's auth headers, the envelope framing,
+the size cap of one message, and the messages of the `process.Process` and `filesystem.Filesystem`
+services and of `POST /init`, as msgspec Structs. It imports msgspec and the standard library only (the
+sandbox image has nothing else) and nothing newer than Python 3.11.2 (Debian's, in the image).
+
+The messages follow the proto3 JSON mapping the SDKs use (e2b-protocol.md §3.4 to §3.6):
 
 * fields are lowerCamelCase on the wire (`Message` sets `rename="camel"`); the few request fields
   whose proto name differs (`watcher_id`, `include_entry`, `allow_network_mounts`) are also
@@ -14,18 +19,34 @@ They follow the proto3 JSON mapping the SDKs use (e2b-protocol.md §3.4 to §3.6
 
 from __future__ import annotations
 
+import base64
+import struct
 from typing import TypeVar
 
 import msgspec
 
 __all__ = (
+    "ACCESS_TOKEN_HEADER",
+    "COMPRESSED",
+    "END_STREAM",
+    "ENVD_PORT",
+    "ENVELOPE_HEADER",
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL_HEADERS",
+    "STREAM_TYPE",
+    "TIMEOUT_HEADER",
+    "UNARY_TYPE",
+    "USER_HEADER",
     "DataEvent",
     "Empty",
     "EndEvent",
+    "EndOfStream",
     "EntryInfo",
     "EntryResponse",
+    "ErrorBody",
     "FilesystemEvent",
     "GetWatcherEventsResponse",
+    "InitRequest",
     "ListDirRequest",
     "ListDirResponse",
     "ListResponse",
@@ -53,11 +74,42 @@ __all__ = (
     "WatchRequest",
     "WatcherIdResponse",
     "WatcherRequest",
+    "basic_auth",
     "decoder",
     "encode",
+    "envelope",
 )
 
 M = TypeVar("M", bound="Message")
+
+ENVD_PORT = 49983
+"""The executor's port in every sandbox and every runtime: fixed by E2B's envd protocol."""
+
+# Connect (e2b-protocol.md §3.3): unary calls are plain JSON, streams are enveloped JSON.
+UNARY_TYPE = "application/json"
+STREAM_TYPE = "application/connect+json"
+PROTOCOL_HEADERS = {"Connect-Protocol-Version": "1"}
+TIMEOUT_HEADER = "Connect-Timeout-Ms"  # the call's deadline; the executor ends it with `deadline_exceeded`
+
+# Who calls: the sandbox's access token (once /init set one), and the user an RPC or /files acts as.
+ACCESS_TOKEN_HEADER = "X-Access-Token"
+USER_HEADER = "Authorization"
+
+# Envelopes: a flags byte and a big-endian length, then the JSON message.
+ENVELOPE_HEADER = struct.Struct(">BI")
+COMPRESSED = 0x01
+END_STREAM = 0x02  # the last envelope: the trailer, `{}` or `{"error": {...}}`
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # the largest message the executor reads; larger is `resource_exhausted`
+
+
+def basic_auth(user: str) -> str:
+    """The `Authorization` value naming `user`: Basic with the user and an empty password."""
+    return "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+
+
+def envelope(payload: bytes, flags: int = 0) -> bytes:
+    """One message framed as a Connect envelope."""
+    return ENVELOPE_HEADER.pack(flags, len(payload)) + payload
 
 
 class Message(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -280,6 +332,31 @@ class WatcherIdResponse(Message):
 
 class GetWatcherEventsResponse(Message):
     events: list[FilesystemEvent] = []
+
+
+# Errors and POST /init
+
+
+class ErrorBody(msgspec.Struct):
+    """A Connect error (a unary call's body, a stream's trailer), or E2B's `{"code": <status>, ...}` of /files."""
+
+    code: str | int = "unknown"
+    message: str = ""
+
+
+class EndOfStream(Message):
+    """A stream's trailer: `{}` when it ended cleanly."""
+
+    error: ErrorBody | None = None
+
+
+class InitRequest(Message):
+    """`POST /init`: what the control plane sets in a (possibly warm) sandbox; `None` leaves it as it is."""
+
+    env_vars: dict[str, str] | None = None
+    access_token: str | None = None  # "" removes the token
+    default_user: str | None = None
+    default_workdir: str | None = None
 
 
 _encoder = msgspec.json.Encoder()
