@@ -80,11 +80,11 @@ def imports(root: Path, package: str) -> Iterator[Import]:
                 yield from (Import(relative, node.lineno, node.module, alias.name) for alias in node.names)
 
 
-def violations(root: Path, may_import: Mapping[str, frozenset[str]] = MAY_IMPORT) -> list[Violation]:
+def violations(root: Path) -> list[Violation]:
     """Each import of another package's private module, and each import against the direction, in `root`."""
     found: dict[Violation, None] = {}  # one line importing several names is one violation
-    project = may_import.keys() | UNCHECKED
-    for package, allowed in may_import.items():
+    project = MAY_IMPORT.keys() | UNCHECKED
+    for package, allowed in MAY_IMPORT.items():
         for imported in imports(root, package):
             if imported.package not in project or imported.package == package:
                 continue  # a library, or the package's own modules (its root gathers its public names from them)
