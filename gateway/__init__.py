@@ -1,8 +1,9 @@
 """The edge: the ASGI app, host/header routing, the HTTP and WebSocket proxy into sandboxes, and the web UI.
 
-Other packages import only the names listed here. `serve` and `cleanup` are loaded on first use: they bring in
-the whole server (Litestar, uvicorn, every runtime: about two seconds), which `agent-sandbox deploy`, `keys` and
-`--help` do not need, and the settings they take are all the CLI needs to parse its flags.
+Other packages import only the names listed here. `serve` and `cleanup` are loaded on first use (PEP 562): they
+bring in the whole server (Litestar, uvicorn, every runtime; `python -X importtime` measured 1.3-1.9 s against
+0.25 s for all of `import cli`), which `agent-sandbox deploy`, `keys` and `--help` do not need; the settings they
+take are all the CLI needs to parse its flags.
 """
 
 import typing
