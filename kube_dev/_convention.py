@@ -6,7 +6,7 @@ There is no container engine, so an image is only a name. Two cases:
   e.g. `agent-sandbox/sandbox-base:dev` or `ghcr.io/acme/agent-sandbox/sandbox-code-interpreter-v1:1.2`)
   is a sandbox image, whose entrypoint is the executor. The stand-in runs the repo's executor with the
   Python that runs the stand-in itself (the repo's `.venv/bin/python`):
-      <python> -m executor --host <pod IP> --port 49983 --home <pod dir> <container args…>
+      <python> -m executor --host <pod IP> --port <ENVD_PORT> --home <pod dir> <container args…>
   The container's `command` is ignored (it is the image's entrypoint); its `args` come last, so they may
   override `--port` or add `--default-user root` (the host usually has no `user` account). `--home` gives
   each pod a home of its own (the pod's directory), as a container has, instead of the host's /root.
@@ -26,10 +26,11 @@ import sys
 from collections.abc import Mapping
 
 from kube_dev._objects import Container
+from pool import ENVD_PORT
 
 __all__ = ["EXECUTOR_PORT", "NO_COMMAND", "container_argv", "expand", "is_sandbox_image"]
 
-EXECUTOR_PORT = 49983
+EXECUTOR_PORT = ENVD_PORT  # the port the executor of a sandbox image listens on
 NO_COMMAND = "StandInNoCommand"
 _SANDBOX_REPOSITORY = re.compile(r"(?:^|/)agent-sandbox/sandbox-[a-z0-9][a-z0-9._-]*$")
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from activator._records import new_sandbox_id
+from executor.envd import ENVD_PORT
 from loadtests._stats import percentile, row
 from pool import ExecutorInit, LocalRuntime, SandboxSpec
 from pool._warm import WarmPools
@@ -44,7 +45,7 @@ SCENARIOS = ("warm", "warm+cmd", "cold+cmd", "cold-pair", "drained-idle", "after
 
 
 async def _health(runtime: LocalRuntime, sandbox_id: str) -> None:
-    reader, writer = await asyncio.open_connection(sock=await runtime.open_socket(sandbox_id, 49983))
+    reader, writer = await asyncio.open_connection(sock=await runtime.open_socket(sandbox_id, ENVD_PORT))
     writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     status = await reader.readline()
     writer.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from executor.envd import ENVD_PORT
 from loadtests._stats import row
 from tests.server_fixtures import RunningServer, running_server
 
@@ -33,7 +34,7 @@ def _envelope(message: dict[str, object]) -> bytes:
 
 def _first_command(client: httpx.Client, sandbox_id: str, token: str) -> None:
     headers = {
-        "E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983", "X-Access-Token": token,
+        "E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(ENVD_PORT), "X-Access-Token": token,
         "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1",
     }  # fmt: skip
     response = client.post("/process.Process/Start", headers=headers, content=_envelope(_START))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from executor.envd import ENVD_PORT
 from loadtests.bench_proxy import DOMAIN, Result, print_table, wrk
 from tests.server_fixtures import running_server
 
@@ -48,7 +49,7 @@ def _create_sandbox_with_server(url: str, key: str) -> str:
     created.raise_for_status()
     sandbox_id: str = created.json()["sandboxID"]
     token = created.json()["envdAccessToken"]
-    envd = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+    envd = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(ENVD_PORT), "X-Access-Token": token}
     httpx.post(f"{url}/files", params={"path": "/home/user/ok.py"}, files={"file": ("ok.py", _OK_SERVER)},
                headers=envd).raise_for_status()  # fmt: skip
     start = {"process": {"cmd": "/bin/bash", "args": ["-c", "python3 /home/user/ok.py &"]}}

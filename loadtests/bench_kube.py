@@ -9,7 +9,7 @@ gateway's data plane, in raw HTTP (nothing retried or pooled):
                          the dev cluster's stand-in kubelet runs every template's executor alike); `+cmd`: then
                          `echo hi` through envd's Process/Start
     warm-claim           the same for `base`, its pool full: the create claims a warm pod
-    running-get          first byte of GET envd /health (port 49983, Host `49983-<id>.sandbox.localhost`) on a
+    running-get          first byte of GET envd /health (port ENVD_PORT, Host `<ENVD_PORT>-<id>.sandbox.localhost`) on a
                          running sandbox (the baseline of the resumes)
     resume-held-get      the same GET on a sandbox E2B's pause scaled to zero (`autoResume`: the request wakes it)
     resume-connect       POST /sandboxes/{id}/connect -> 201 on such a sandbox; `+get`: then that GET's first byte
@@ -35,14 +35,15 @@ from pathlib import Path
 
 import httpx
 
+from executor.envd import ENVD_PORT
 from kube_dev._control_plane import load_layout
 from loadtests._stats import percentile
 from loadtests.bench_create import _first_command
 from tests.kube_fixtures import SCRIPT, Kube, free_port_pair
-from tests.scale_to_zero_fixtures import host, metric, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import host, metric
 from tests.server_fixtures import RunningServer, free_port, running_server
 
-ENVD_PORT = 49983
 COLD_TEMPLATE = "sandbox-base-node"
 _AUTO_RESUME = {"onTimeout": "pause", "autoResume": True}
 SERIES = {
@@ -85,7 +86,7 @@ def new_namespace(kube: Kube) -> str:
             response = client.get(account)
             return response.status_code == 200 and bool(response.json().get("secrets"))
 
-        wait_for(ready, 60, f"the default ServiceAccount of {name}")
+        wait_for(ready, what=f"the default ServiceAccount of {name}", within=60)
     return name
 
 
@@ -120,7 +121,7 @@ class Bench:
             listed = self.cluster.get(self.pods, params={"labelSelector": "agent-sandbox.dev/role=sandbox"})
             return ready >= warm and not starting and len(listed.json()["items"]) == sandbox_pods
 
-        wait_for(quiet, 180, f"a full pool ({warm}), no refill and {sandbox_pods} sandbox pod(s)")
+        wait_for(quiet, what=f"a full pool ({warm}), no refill and {sandbox_pods} sandbox pod(s)", within=180)
 
     def create(self, template: str, series: Series, name: str) -> str:
         """Create (timed to its 201 into `name`), then run a first command (timed into `name+cmd`)."""
@@ -145,7 +146,7 @@ class Bench:
         def paused_now() -> bool:
             return bool(self.api.get(f"/sandboxes/{sandbox_id}").json().get("state") == "paused")
 
-        wait_for(paused_now, 60, f"{sandbox_id} to be paused")
+        wait_for(paused_now, what=f"{sandbox_id} to be paused", within=60)
 
     def connect(self, sandbox_id: str, series: Series) -> None:
         began = time.perf_counter()

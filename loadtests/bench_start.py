@@ -15,13 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from executor.envd import ENVD_PORT
 from loadtests._stats import row
 from pool import LocalRuntime
 from tests.runtime_fixtures import local_runtime, spec
 
 
 async def _health(runtime: LocalRuntime, sandbox_id: str) -> None:
-    reader, writer = await asyncio.open_connection(sock=await runtime.open_socket(sandbox_id, 49983))
+    reader, writer = await asyncio.open_connection(sock=await runtime.open_socket(sandbox_id, ENVD_PORT))
     writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     status = await reader.readline()
     writer.close()

@@ -1,7 +1,7 @@
 """Locust: cold starts and wake-ups through the E2B REST API and the gateway, as many users at once.
 
 Each user loops: create a sandbox (E2B `POST /v2/sandboxes`) -> first request to it through the gateway (the
-executor's `GET /health` on port 49983, `Host: 49983-<id>.<domain>`) -> stay idle long enough for the server's
+executor's `GET /health` on port ENVD_PORT, `Host: <ENVD_PORT>-<id>.<domain>`) -> stay idle long enough for the server's
 idle policy to freeze and snapshot it -> wake it with the same request -> pause it with E2B's pause -> wake it
 by traffic again (created with auto-resume) -> kill it. Locust reports p50 / p95 / p99 per step name:
 
@@ -31,10 +31,11 @@ from typing import Any
 
 from locust import HttpUser, between, task
 
+from executor.envd import ENVD_PORT
+
 _API_KEY = os.environ.get("E2B_API_KEY") or os.environ.get("AGENT_SANDBOX_API_KEY", "")
 _DOMAIN = os.environ.get("AGENT_SANDBOX_DOMAIN", "sandbox.localhost")
 _IDLE_SECONDS = float(os.environ.get("LOCUST_IDLE_SECONDS", "3.5"))
-_ENVD_PORT = 49983
 _NEW_SANDBOX = {"templateID": "base", "timeout": 300, "autoPause": True, "autoResume": {"enabled": True}}
 
 
@@ -72,7 +73,7 @@ class ColdStartUser(HttpUser):
 
     def _probe(self, sandbox_id: str, name: str) -> None:
         """GET the executor's /health through the gateway, on a fresh connection."""
-        headers: dict[str, Any] = {"Host": f"{_ENVD_PORT}-{sandbox_id}.{_DOMAIN}", "Connection": "close"}
+        headers: dict[str, Any] = {"Host": f"{ENVD_PORT}-{sandbox_id}.{_DOMAIN}", "Connection": "close"}
         with self.client.get("/health", headers=headers, name=name, catch_response=True) as response:
             if response.status_code != 204:
                 response.failure(f"{name}: {response.status_code} {response.text[:200]}")
