@@ -10,19 +10,33 @@ Two rules (`tests/package_imports.py` reads the imports and holds the direction 
 - Dependencies point one way: `cli → gateway → activator → pool`, each package may import the ones below it;
   `executor` imports none of them; `kube_dev` (the dev cluster, a test tool) imports only `pool`.
   `tests` and `loadtests` may import anything and are not checked; nothing of the product may import them.
+
+And `executor`, which runs in every sandbox image, needs no library but msgspec and httptools.
 """
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
-from tests.package_imports import REPOSITORY, violations
+from tests.package_imports import REPOSITORY, imports, violations
 
 
 def test_no_package_imports_a_private_module_of_another_or_against_the_direction() -> None:
     found = violations(REPOSITORY)
     assert not found, "imports across the package boundaries:\n" + "\n".join(map(str, found))
+
+
+def test_the_executor_needs_no_library_but_msgspec_and_httptools() -> None:
+    """It runs in every sandbox image: a new dependency would change them all (its interpreter has its own venv)."""
+    libraries = {
+        f"{imported.path}:{imported.line}: {imported.package}"
+        for imported in imports(REPOSITORY, "executor")
+        if imported.package not in {*sys.stdlib_module_names, "executor", "msgspec", "httptools"}
+        and not imported.path.is_relative_to("executor/interpreter")
+    }  # fmt: skip
+    assert sorted(libraries) == []
 
 
 def _tree(root: Path, modules: dict[str, str]) -> Path:
