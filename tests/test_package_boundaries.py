@@ -8,7 +8,8 @@ Two rules (`tests/package_imports.py` reads the imports and holds the direction 
   not: that is how `pool/__init__.py` gathers its public names from `pool._local._checks` and the like. The rule
   is about other packages' private modules.
 - Dependencies point one way: `cli → gateway → activator → pool`, each package may import the ones below it;
-  `executor` imports none of them; `kube_dev` (the dev cluster, a test tool) imports only `pool`.
+  `executor` imports none of them, and all of them may use its wire (`executor.envd`); `kube_dev` (the dev
+  cluster, a test tool) imports only `pool`.
   `tests` and `loadtests` may import anything and are not checked; nothing of the product may import them.
 
 And `executor`, which runs in every sandbox image, needs no library but msgspec and httptools.
