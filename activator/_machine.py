@@ -29,7 +29,7 @@ from activator._records import SandboxRecord, SandboxState
 from activator._store import Store
 from activator._telemetry import Telemetry
 from activator._transitions import Intent, Reassert, Step, plan
-from pool import ExecutorInit, PoolError, Runtime, SandboxSpec
+from pool import ExecutorInit, PoolError, Runtime, SandboxSpec, kube_shapes
 
 __all__ = ["Guard", "SandboxMachine", "runtime_call"]
 
@@ -306,10 +306,10 @@ def _annotations(record: SandboxRecord) -> dict[str, str]:
     """What a runtime may show of the sandbox on its own objects (the ReplicaSet on Kubernetes): who owns it (the
     API key's id, never a key), its metadata and lifecycle; never its env vars or token."""
     return {
-        "agent-sandbox.dev/owner": record.owner,
-        "agent-sandbox.dev/alias": record.alias,
-        "agent-sandbox.dev/metadata": _json(record.metadata).decode(),
-        "agent-sandbox.dev/lifecycle": _json(record.lifecycle).decode(),
+        kube_shapes.OWNER_ANNOTATION: record.owner,
+        kube_shapes.ALIAS_ANNOTATION: record.alias,
+        kube_shapes.METADATA_ANNOTATION: _json(record.metadata).decode(),
+        kube_shapes.LIFECYCLE_ANNOTATION: _json(record.lifecycle).decode(),
     }
 
 

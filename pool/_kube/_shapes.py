@@ -24,6 +24,7 @@ from __future__ import annotations
 import msgspec
 
 __all__ = [
+    "ALIAS_ANNOTATION",
     "ARCHIVE_DATA",
     "ARCHIVE_ROLE",
     "CLAIMED_AT_ANNOTATION",
@@ -32,6 +33,9 @@ __all__ = [
     "ID_LABEL",
     "KEYS_SECRET",
     "KEYS_TYPE",
+    "LIFECYCLE_ANNOTATION",
+    "METADATA_ANNOTATION",
+    "OWNER_ANNOTATION",
     "OWNER_LABEL",
     "POOL_LABEL",
     "RECORD_DATA",
@@ -88,6 +92,11 @@ SNAPSHOT_CHUNKS_ANNOTATION = _PREFIX + "snapshot-chunks"
 SNAPSHOT_SHA256_ANNOTATION = _PREFIX + "snapshot-sha256"
 SNAPSHOT_BYTES_ANNOTATION = _PREFIX + "snapshot-bytes"
 SNAPSHOT_SECONDS_ANNOTATION = _PREFIX + "snapshot-seconds"
+# What the activator shows of a sandbox on its ReplicaSet (never its env vars or token).
+OWNER_ANNOTATION = OWNER_LABEL
+ALIAS_ANNOTATION = _PREFIX + "alias"
+METADATA_ANNOTATION = _PREFIX + "metadata"
+LIFECYCLE_ANNOTATION = _PREFIX + "lifecycle"
 
 RECORD_TYPE = _PREFIX + "record"
 KEYS_TYPE = _PREFIX + "api-keys"
