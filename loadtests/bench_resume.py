@@ -31,7 +31,8 @@ import httpx
 from e2b import Sandbox
 
 from loadtests._stats import percentile, row
-from tests.scale_to_zero_fixtures import host, sandboxes_by_state, start_counter, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import host, sandboxes_by_state, start_counter
 from tests.server_fixtures import RunningServer, running_server
 
 _TRANSITION = re.compile(r"transition=(\w+)->(\w+) reason=(\S+) ms=([\d.]+)")
@@ -79,7 +80,9 @@ def sandboxes(count: int) -> Iterator[list[Sandbox]]:
 
 
 def run(server: RunningServer, count: int, rounds: int) -> None:
-    wait_for(lambda: "still running" not in str(httpx.get(f"{server.url}/health").json()), 60, "the CRIU trial")
+    wait_for(
+        lambda: "still running" not in str(httpx.get(f"{server.url}/health").json()), what="the CRIU trial", within=60
+    )
     runtime = httpx.get(f"{server.url}/health").json().get("runtime", {})
     baseline, frozen, snapshot, pause_calls, frozen_mem = [], [], [], [], []
     with sandboxes(count) as boxes:
@@ -87,7 +90,7 @@ def run(server: RunningServer, count: int, rounds: int) -> None:
             for sbx in boxes:
                 measure(server, sbx.sandbox_id)  # wake it (untimed), then time a running one
                 baseline.append(measure(server, sbx.sandbox_id))
-            wait_for(lambda: sandboxes_by_state(server)["paused"] == count, 30, "every sandbox to freeze")
+            wait_for(lambda: sandboxes_by_state(server)["paused"] == count, what="every sandbox to freeze", within=30)
             for sbx in boxes:
                 (sample,) = sbx.get_metrics()  # control-plane call: does not wake it
                 frozen_mem.append(sample.mem_used / (1 << 20))

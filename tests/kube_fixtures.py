@@ -13,8 +13,7 @@ import secrets
 import socket
 import ssl
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ import pytest
 from kube_dev._control_plane import load_layout
 from kube_dev._layout import DEFAULT_BIN_DIR, ClusterLayout
 from kube_dev._pki import read_token
+from tests.polling import wait_for
 from tests.server_fixtures import REPO, free_port
 
-__all__ = ["SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "require_binaries", "wait_for"]
+__all__ = ["SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "require_binaries"]
 
 SCRIPT = REPO / "scripts" / "kube-dev-cluster"
 
@@ -134,15 +134,3 @@ def kube_namespace(kube: Kube) -> Iterator[str]:
 def _default_sa_ready(client: httpx.Client, namespace: str) -> bool:
     response = client.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
     return response.status_code == 200 and bool(response.json().get("secrets"))
-
-
-def wait_for(condition: Callable[[], Any], *, what: str, timeout: float = 30.0) -> Any:
-    """Poll `condition` until it returns something truthy (returned); fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)

@@ -8,17 +8,16 @@ CI=true, where they fail: CI must prove what they check.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
 import subprocess
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_for
 from tests.server_fixtures import free_port
 
 __all__ = ["REDIS_SERVER", "RedisServer", "redis_server"]
@@ -41,13 +40,11 @@ class RedisServer:
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         args += ["--dir", str(self._workdir), "--logfile", str(self._workdir / "redis.log")]
         self._process = subprocess.Popen([str(REDIS_SERVER), *args], stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self._answers():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                log = (self._workdir / "redis.log").read_text(errors="replace")[-2000:]
-                self.stop()
-                pytest.fail(f"redis-server on port {self.port} did not come up:\n{log}")
-            time.sleep(0.02)
+        wait_for(self._answers_or_exited, what=f"redis-server to answer on port {self.port}")
+        if self._process.poll() is not None:
+            log = (self._workdir / "redis.log").read_text(errors="replace")[-2000:]
+            self._process = None
+            pytest.fail(f"redis-server on port {self.port} exited:\n{log}")
 
     def stop(self) -> None:
         """Kill it (SIGKILL: gone at once, like a crash), and wait until it is."""
@@ -64,6 +61,9 @@ class RedisServer:
     def thaw(self) -> None:
         assert self._process is not None
         self._process.send_signal(signal.SIGCONT)
+
+    def _answers_or_exited(self) -> bool:
+        return self._answers() or (self._process is not None and self._process.poll() is not None)
 
     def _answers(self) -> bool:
         try:
@@ -94,12 +94,3 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, what: str, within: float = 10.0) -> None:
-    """Poll the async `check` every 50 ms until it holds; fail the test after `within` seconds."""
-    for _ in range(round(within / 0.05)):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"timed out after {within} s waiting for {what}")

@@ -7,14 +7,13 @@ import asyncio
 import base64
 import json
 import os
-import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import httpx
 import pytest
 from e2b import Sandbox
 
+from tests.polling import wait_for
 from tests.server_fixtures import RunningServer
 
 COUNTER_PORT = 8000
@@ -194,22 +193,15 @@ def sandboxes_by_state(server: RunningServer) -> dict[str, int]:
     return state
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def criu_or_skip(server: RunningServer) -> None:
     """Skip (fail under CI=true) unless the server's runtime checkpoints memory with CRIU."""
-    runtime = httpx.get(f"{server.url}/health").json().get("runtime", {})
-    deadline = time.monotonic() + 30
-    while "still running" in runtime.get("criu_reason", "") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        runtime = httpx.get(f"{server.url}/health").json().get("runtime", {})
+
+    def reported() -> dict[str, str]:
+        answer: dict[str, str] = httpx.get(f"{server.url}/health").json().get("runtime", {})
+        return answer
+
+    wait_for(lambda: "still running" not in reported().get("criu_reason", ""), what="the server's CRIU trial")
+    runtime = reported()
     if runtime.get("snapshot_kind") != "criu":
         reason = f"snapshots keep files only here: {runtime.get('criu_reason')}"
         if os.environ.get("CI") == "true":

@@ -8,7 +8,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-__all__ = ["RunningServer", "free_port", "point_e2b_at", "running_server", "server_in_temp_dir", "stop_process"]
+from tests.polling import wait_for
+
+__all__ = [
+    "RunningServer", "free_port", "point_e2b_at", "running_server", "server_in_temp_dir", "stop_process",
+    "wait_for_port",
+]  # fmt: skip
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,20 +70,16 @@ def point_e2b_at(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> Runn
     return server
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[str], timeout: float, verify: ssl.SSLContext | bool) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_healthy(url: str, process: subprocess.Popen[str], log: Path, verify: ssl.SSLContext | bool) -> None:
+    def healthy() -> bool:
         if process.poll() is not None:
-            raise RuntimeError(
-                f"server exited with {process.returncode}: {process.stdout.read() if process.stdout else ''}"
-            )
+            pytest.fail(f"server exited with {process.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
         try:
-            if httpx.get(f"{url}/health", timeout=1, verify=verify).status_code == 200:
-                return
+            return httpx.get(f"{url}/health", timeout=5, verify=verify).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("server did not become healthy")
+            return False
+
+    wait_for(healthy, what=f"the server at {url} to answer /health", within=180)
 
 
 @contextmanager
@@ -97,10 +97,11 @@ def running_server(
     url = f"{scheme}://{host}:{port}"
     environ = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
-    log = open(data_dir.parent / f"{data_dir.name}.server.log", "w")  # noqa: SIM115 - closed below
+    log_path = data_dir.parent / f"{data_dir.name}.server.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(argv, cwd=REPO, env=environ, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_healthy(url, process, timeout=180, verify=ssl.create_default_context(cafile=ca_file) if ca_file else True)
+        _wait_healthy(url, process, log_path, ssl.create_default_context(cafile=ca_file) if ca_file else True)
         key_file = data_dir / "api-key"
         api_key = environ.get("AGENT_SANDBOX_API_KEY") or key_file.read_text().strip()
         yield RunningServer(process, port, data_dir, api_key, url)
@@ -120,3 +121,9 @@ def server_in_temp_dir(factory: pytest.TempPathFactory, name: str, *args: str) -
     """`running_server(*args)` on a fresh data directory under a temporary directory named after `name`."""
     with running_server(factory.mktemp(name) / "data", *args) as server:
         yield server
+
+
+def wait_for_port(sandbox: Any, port: int) -> None:
+    """Return once something accepts connections on `port` inside the (E2B SDK) sandbox."""
+    probe = f"(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo open || true"
+    wait_for(lambda: sandbox.commands.run(probe).stdout == "open\n", what=f"a server on port {port} of the sandbox")

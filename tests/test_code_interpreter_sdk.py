@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 from e2b import NotFoundException, TimeoutException
 from e2b_code_interpreter import Execution, OutputMessage, Sandbox
 
+from tests.polling import wait_for
 from tests.server_fixtures import RunningServer
 
 START = "PYTHONPATH=/opt/agent-sandbox/lib:/opt/agent-sandbox exec /opt/venv/bin/python -m executor.interpreter"
@@ -33,10 +33,7 @@ def ensure_interpreter(server: RunningServer, sandbox: Sandbox) -> None:
     """The template's `start` runs the service; where the runtime does not run start commands yet, do it here."""
     if not interpreter_answers(server, sandbox.sandbox_id):
         sandbox.commands.run(START, background=True)
-    deadline = time.monotonic() + 30
-    while not interpreter_answers(server, sandbox.sandbox_id):
-        assert time.monotonic() < deadline, "the interpreter service did not come up on port 49999"
-        time.sleep(0.1)
+    wait_for(lambda: interpreter_answers(server, sandbox.sandbox_id), what="the interpreter service on port 49999")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ import uvicorn
 from litestar import Litestar
 
 from activator import ACTIVATOR, API_KEYS, Activator, ActivatorSettings, ApiKeys, SqliteStore, e2b_router
+from tests.polling import wait_for
 from tests.test_activator_fakes import FakeRuntime, template
 
 
@@ -56,11 +56,8 @@ def serve_control_plane(data_dir: Path) -> Iterator[ControlPlane]:
     sock.bind(("127.0.0.1", 0))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the control plane did not start")
-        time.sleep(0.01)
+    wait_for(lambda: server.started or not thread.is_alive(), what="the control plane to start")
+    assert thread.is_alive(), "the control plane stopped while starting"
     try:
         yield ControlPlane(f"http://127.0.0.1:{sock.getsockname()[1]}", keys[0], keys[1], runtime)
     finally:

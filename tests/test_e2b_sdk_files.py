@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from e2b import FileType, Sandbox
 from e2b.exceptions import NotFoundException
 
+from tests.polling import wait_for
 from tests.server_fixtures import RunningServer
 
 
@@ -61,12 +61,13 @@ def test_watch_dir_reports_writes(sbx: Sandbox) -> None:
     handle = sbx.files.watch_dir("/home/user/watched")
     sbx.files.write("/home/user/watched/new.txt", "x")
     names: set[str] = set()
-    deadline = time.time() + 10
-    while "new.txt" not in names and time.time() < deadline:
-        names |= {event.name for event in handle.get_new_events()}
-        time.sleep(0.1)
+
+    def reported() -> bool:
+        names.update(event.name for event in handle.get_new_events())
+        return "new.txt" in names
+
+    wait_for(reported, what="the watcher to report new.txt")
     handle.stop()
-    assert "new.txt" in names
 
 
 def test_path_traversal_stays_inside_the_sandbox(sbx: Sandbox) -> None:

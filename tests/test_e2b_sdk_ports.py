@@ -10,7 +10,7 @@ import pytest
 import websockets
 from e2b import Sandbox
 
-from tests.server_fixtures import RunningServer
+from tests.server_fixtures import RunningServer, wait_for_port
 
 _WS_ECHO = r"""
 # A stdlib-only WebSocket echo server (the sandbox has no network to install one).
@@ -68,15 +68,10 @@ def sbx(e2b_env: RunningServer) -> Iterator[Sandbox]:
     sandbox.kill()
 
 
-def _wait_for_port(sbx: Sandbox, port: int) -> None:
-    probe = f"(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null"
-    sbx.commands.run(f"for i in $(seq 100); do {probe} && exit 0; sleep 0.05; done; exit 1")
-
-
 def test_server_on_loopback_inside_is_served_by_host_name(sbx: Sandbox, e2b_env: RunningServer) -> None:
     sbx.files.write("/home/user/site/index.html", "<h1>hi from the sandbox</h1>")
     sbx.commands.run("cd /home/user/site && python3 -m http.server 8008 --bind 127.0.0.1", background=True)
-    _wait_for_port(sbx, 8008)
+    wait_for_port(sbx, 8008)
     host = sbx.get_host(8008)
     assert host == f"8008-{sbx.sandbox_id}.sandbox.localhost"
     response = httpx.get(f"http://{host}:{e2b_env.port}/index.html")  # *.localhost resolves to loopback
@@ -96,7 +91,7 @@ def test_closed_port_and_unknown_sandbox_answer_502_in_e2b_shape(sbx: Sandbox, e
 def test_websocket_echo_inside_is_reached_through_the_gateway(sbx: Sandbox, e2b_env: RunningServer) -> None:
     sbx.files.write("/home/user/echo.py", _WS_ECHO)
     sbx.commands.run("python3 /home/user/echo.py", background=True)
-    _wait_for_port(sbx, 8765)
+    wait_for_port(sbx, 8765)
 
     async def talk() -> list[str | bytes]:
         async with websockets.connect(f"ws://{sbx.get_host(8765)}:{e2b_env.port}/") as ws:

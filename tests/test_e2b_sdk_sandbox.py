@@ -8,6 +8,7 @@ import pytest
 from e2b import Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
 
+from tests.polling import wait_for
 from tests.server_fixtures import RunningServer
 
 
@@ -46,10 +47,7 @@ def test_set_timeout_and_expiry_kill_the_sandbox(e2b_env: RunningServer) -> None
     sbx.set_timeout(2)
     end = sbx.get_info().end_at.timestamp()
     assert end - time.time() <= 3
-    deadline = time.time() + 15
-    while time.time() < deadline and sbx.is_running():
-        time.sleep(0.25)
-    assert not sbx.is_running()
+    wait_for(lambda: not sbx.is_running(), what="the expiry to kill the sandbox")
     with pytest.raises(NotFoundException):
         sbx.get_info()
 
@@ -80,7 +78,7 @@ def test_another_keys_sandbox_is_not_found(e2b_env: RunningServer) -> None:
     import sys
 
     created = subprocess.run(
-        [sys.executable, "-m", "gateway", "keys", "create", "--name", "other", "--data-dir", str(e2b_env.data_dir)],
+        [sys.executable, "-m", "cli", "keys", "create", "--name", "other", "--data-dir", str(e2b_env.data_dir)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     other_key = created.stdout.split()[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from e2b import PtySize
 from e2b.sandbox_sync.commands.command_handle import CommandHandle
 
 from tests.executor_fixtures import Envd, run_executor
+from tests.polling import wait_for
 
 FREEZE = "/agent-sandbox/freeze"
 THAW = "/agent-sandbox/thaw"
@@ -56,13 +57,6 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
-def _eventually(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not become true in time"
-        time.sleep(0.02)
-
-
 def _sizes(*paths: Path) -> list[int]:
     return [path.stat().st_size if path.exists() else 0 for path in paths]
 
@@ -70,7 +64,7 @@ def _sizes(*paths: Path) -> list[int]:
 def test_freeze_stops_a_writing_loop_and_the_children_it_forked_until_thaw(executor: Envd, tmp_path: Path) -> None:
     child, grandchild = tmp_path / "child.log", tmp_path / "grandchild.log"
     handle = _start(executor, f"({LOOP.format(grandchild)}) & {LOOP.format(child)}", tmp_path)
-    _eventually(lambda: all(_sizes(child, grandchild)))
+    wait_for(lambda: all(_sizes(child, grandchild)), what="both loops to write")
     with executor.client() as client:
         assert client.post(FREEZE).status_code == 204
         tree = _tree(handle.pid)
@@ -85,7 +79,10 @@ def test_freeze_stops_a_writing_loop_and_the_children_it_forked_until_thaw(execu
         assert state["frozen"] is True
         assert state["stopped"] >= 2
         assert client.post(THAW).status_code == 204
-        _eventually(lambda: all(now > then for now, then in zip(_sizes(child, grandchild), before, strict=True)))
+        wait_for(
+            lambda: all(now > then for now, then in zip(_sizes(child, grandchild), before, strict=True)),
+            what="both loops to write again",
+        )
         assert _state(handle.pid) != "T"
         assert client.get(FREEZE).json() == {"frozen": False, "stopped": 0}
     handle.kill()
@@ -106,7 +103,7 @@ def test_an_interactive_shell_keeps_its_foreground_job_across_freeze_and_thaw(ex
     handle = sandbox.pty.create(PtySize(rows=24, cols=80), envs={"PS1": "$ ", "HOME": str(tmp_path)})
     events = iter(handle)
     sandbox.pty.send_stdin(handle.pid, b"cat\n")
-    _eventually(lambda: len(_tree(handle.pid)) == 2)  # the shell and cat, in the foreground
+    wait_for(lambda: len(_tree(handle.pid)) == 2, what="cat in the foreground")  # the shell and cat, in the foreground
     with executor.client() as client:
         assert client.post(FREEZE).status_code == 204
         assert {_state(pid) for pid in _tree(handle.pid)} == {"T"}
@@ -120,14 +117,14 @@ def test_an_interactive_shell_keeps_its_foreground_job_across_freeze_and_thaw(ex
 
 def test_freezing_twice_and_thawing_twice_is_harmless(executor: Envd, tmp_path: Path) -> None:
     handle = _start(executor, LOOP.format(tmp_path / "loop.log"), tmp_path)
-    _eventually(lambda: all(_sizes(tmp_path / "loop.log")))
+    wait_for(lambda: all(_sizes(tmp_path / "loop.log")), what="the loop to write")
     with executor.client() as client:
         assert [client.post(FREEZE).status_code for _ in range(2)] == [204, 204]
         assert _state(handle.pid) == "T"
         assert client.get(FREEZE).json()["frozen"] is True
         assert [client.post(THAW).status_code for _ in range(2)] == [204, 204]
         assert client.get(FREEZE).json() == {"frozen": False, "stopped": 0}
-    _eventually(lambda: _state(handle.pid) != "T")
+    wait_for(lambda: _state(handle.pid) != "T", what="the loop to run again")
     handle.kill()
 
 
@@ -141,12 +138,12 @@ def test_processes_started_while_frozen_run(executor: Envd, tmp_path: Path) -> N
 
 def test_thaw_continues_a_process_stopped_by_someone_else(executor: Envd, tmp_path: Path) -> None:
     handle = _start(executor, LOOP.format(tmp_path / "loop.log"), tmp_path)
-    _eventually(lambda: all(_sizes(tmp_path / "loop.log")))
+    wait_for(lambda: all(_sizes(tmp_path / "loop.log")), what="the loop to write")
     executor.sandbox().commands.run(f"kill -STOP {handle.pid}", envs={"HOME": str(tmp_path)})
-    _eventually(lambda: _state(handle.pid) == "T")
+    wait_for(lambda: _state(handle.pid) == "T", what="the loop to stop")
     with executor.client() as client:
         assert client.post(THAW).status_code == 204
-    _eventually(lambda: _state(handle.pid) != "T")
+    wait_for(lambda: _state(handle.pid) != "T", what="the loop to continue")
     handle.kill()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ import pytest
 
 from kube_dev._convention import EXECUTOR_PORT
 from tests import kube_fixtures
-from tests.kube_fixtures import SCRIPT, Kube, free_port, free_port_pair, require_binaries, wait_for
+from tests.kube_fixtures import SCRIPT, Kube, free_port, free_port_pair, require_binaries
+from tests.polling import wait_for
 
 # The fixtures, by name in this module (pytest finds fixtures by the names a test module binds).
 kube = kube_fixtures.kube
@@ -40,6 +42,18 @@ def _get_pod(client: httpx.Client, namespace: str, name: str) -> dict[str, Any] 
     response.raise_for_status()
     pod: dict[str, Any] = response.json()
     return pod
+
+
+def _pod_when(
+    client: httpx.Client, namespace: str, name: str, condition: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any] | None:
+    """The pod once `condition` holds for it, else None (what `wait_for` polls)."""
+    pod = _get_pod(client, namespace, name)
+    return pod if pod is not None and condition(pod) else None
+
+
+def _phase(phase: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda pod: bool(pod["status"].get("phase") == phase)
 
 
 def _ready(pod: dict[str, Any] | None) -> bool:
@@ -74,7 +88,7 @@ def test_pod_with_readiness_probe_becomes_ready_on_its_loopback_ip_and_serves_ht
     pod = _pod("web", _http_server(8080), container={"env": [_POD_IP], "readinessProbe": probe})
     with kube.client() as client:
         client.post(f"/api/v1/namespaces/{kube_namespace}/pods", json=pod).raise_for_status()
-        ready = wait_for(lambda: (p := _get_pod(client, kube_namespace, "web")) and _ready(p) and p, what="Ready")
+        ready = wait_for(lambda: _pod_when(client, kube_namespace, "web", _ready), what="Ready")
         ip = ready["status"]["podIP"]
         assert ip.startswith(f"127.{kube.layout.pod_network}.")
         assert ready["spec"]["nodeName"] == kube.layout.node_name
@@ -92,10 +106,7 @@ def test_pod_is_not_ready_while_its_probe_fails(kube: Kube, kube_namespace: str)
     pod = _pod("idle", ["sleep", "300"], container={"readinessProbe": probe})
     with kube.client() as client:
         client.post(f"/api/v1/namespaces/{kube_namespace}/pods", json=pod).raise_for_status()
-        running = wait_for(
-            lambda: (p := _get_pod(client, kube_namespace, "idle")) and p["status"].get("phase") == "Running" and p,
-            what="Running",
-        )
+        running = wait_for(lambda: _pod_when(client, kube_namespace, "idle", _phase("Running")), what="Running")
         assert not _ready(running)
         assert running["status"]["containerStatuses"][0]["ready"] is False
 
@@ -125,16 +136,11 @@ def test_container_exit_is_reflected_in_status(kube: Kube, kube_namespace: str) 
         for pod in (once, again):
             client.post(f"/api/v1/namespaces/{kube_namespace}/pods", json=pod).raise_for_status()
 
-        failed = wait_for(
-            lambda: (p := _get_pod(client, kube_namespace, "once")) and p["status"].get("phase") == "Failed" and p,
-            what="phase Failed",
-        )
+        failed = wait_for(lambda: _pod_when(client, kube_namespace, "once", _phase("Failed")), what="phase Failed")
         assert failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
         restarted = wait_for(
-            lambda: (
-                (p := _get_pod(client, kube_namespace, "again"))
-                and p["status"]["containerStatuses"][0]["restartCount"] >= 1
-                and p
+            lambda: _pod_when(
+                client, kube_namespace, "again", lambda p: p["status"]["containerStatuses"][0]["restartCount"] >= 1
             ),
             what="a restart",
         )

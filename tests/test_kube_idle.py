@@ -11,7 +11,8 @@ import pytest
 from e2b import Sandbox
 
 from tests import kube_fixtures
-from tests.kube_fixtures import Kube, wait_for
+from tests.kube_fixtures import Kube
+from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import sandboxes_by_state
 from tests.server_fixtures import RunningServer, running_server
 
@@ -49,12 +50,11 @@ def test_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
     try:
         sbx.files.write("idle.txt", "kept while idle")  # relative: the sandbox's working directory
         assert not _paused(server)  # so the wait below sees the idle pause happen
-        wait_for(lambda: _paused(server), what="the idle pause", timeout=PAUSE_AFTER + 20)
+        wait_for(lambda: _paused(server), what="the idle pause")
         assert _replicas(kube, kube_namespace, sbx.sandbox_id) == "1"  # paused in its pod: memory kept
         wait_for(
             lambda: _replicas(kube, kube_namespace, sbx.sandbox_id) == "0",
             what="the idle snapshot (scale to zero)",
-            timeout=SNAPSHOT_AFTER + 30,
         )
         assert sandboxes_by_state(server).get("snapshotted") == 1
         assert sbx.get_info().state == "running"  # an idle pause is invisible on the E2B API

@@ -501,7 +501,7 @@ def _serving(argv: list[str], env: dict[str, str], log: Path, url: str) -> Itera
                     return httpx.get(f"{url}/health", timeout=1).status_code == 200
                 return False
 
-            wait_for(healthy, what="the gateway to answer /health", timeout=90)
+            wait_for(healthy, what="the gateway to answer /health", within=90)
             yield
         finally:
             stop_process(process)
@@ -539,7 +539,7 @@ def test_the_gateway_runs_on_its_service_account_alone(
         for name, value in {"E2B_API_KEY": key, "E2B_API_URL": url, "E2B_SANDBOX_URL": url}.items():
             monkeypatch.setenv(name, value)
 
-        wait_for(lambda: _warm_ready_pods(admin, ns), what="a warm pod of template base", timeout=90)
+        wait_for(lambda: _warm_ready_pods(admin, ns), what="a warm pod of template base", within=90)
         sbx = Sandbox.create(timeout=120)
         try:
             selector = {"labelSelector": f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}"}

@@ -25,7 +25,8 @@ from e2b import Sandbox
 from e2b.connection_config import ApiParams
 
 from tests import kube_fixtures, redis_fixtures
-from tests.kube_fixtures import Kube, wait_for
+from tests.kube_fixtures import Kube
+from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import Reply, health_burst, metric
 from tests.server_fixtures import RunningServer, free_port, running_server
 
@@ -183,7 +184,6 @@ def test_killing_the_leader_hands_the_background_loops_over(
     wait_for(
         lambda: _leader(kube, kube_namespace) not in ("", leader),
         what="the other replica to take the lease",
-        timeout=LEASE_SECONDS * 3 + 5,
     )
     assert re.search(r"leader", replicas.log(survivor))
     wait_for(lambda: took_over.search(replicas.log(survivor)), what="the survivor to log its leadership")
@@ -195,7 +195,6 @@ def test_killing_the_leader_hands_the_background_loops_over(
             f"sandbox-{sbx.sandbox_id}" not in kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name")
         ),
         what="the survivor's reaper to kill the expired sandbox",
-        timeout=30,
     )
     assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list(**replicas.sdk(survivor)).next_items()}
 
@@ -219,7 +218,7 @@ def _pod_of(kube: Kube, namespace: str, sandbox_id: str) -> tuple[str, str]:
 
 
 def test_creates_on_both_replicas_claim_distinct_warm_pods(replicas: Replicas, kube: Kube, kube_namespace: str) -> None:
-    wait_for(lambda: _warm_ready(kube, kube_namespace) == WARM, what="the warm pool to fill", timeout=120)
+    wait_for(lambda: _warm_ready(kube, kube_namespace) == WARM, what="the warm pool to fill", within=120)
     with ThreadPoolExecutor(WARM) as pool:
         made = list(
             pool.map(lambda server: Sandbox.create(timeout=120, **replicas.sdk(server)), (replicas.a, replicas.b))
@@ -230,7 +229,7 @@ def test_creates_on_both_replicas_claim_distinct_warm_pods(replicas: Replicas, k
         assert [claimed for _, claimed in pods] == ["base"] * WARM  # both were warm claims, not cold starts
         assert [sbx.commands.run("echo ok").stdout for sbx in made] == ["ok\n"] * WARM
         # The pool's ReplicaSet replaces what was claimed; the leader warms the replacements.
-        wait_for(lambda: _warm_ready(kube, kube_namespace) == WARM, what="the pool to refill", timeout=120)
+        wait_for(lambda: _warm_ready(kube, kube_namespace) == WARM, what="the pool to refill", within=120)
     finally:
         for sbx in made:
             sbx.kill()
@@ -259,7 +258,7 @@ def test_redis_going_down_degrades_to_replicas_working_alone_and_loses_nothing(
         back = "is back: coordinating with the other replicas again"
         assert not any(back in replicas.log(server) for server in (replicas.a, replicas.b))
         redis_server.start()
-        wait_for(lambda: _both_logged(replicas, back), what="the reconnections", timeout=30)
+        wait_for(lambda: _both_logged(replicas, back), what="the reconnections")
     finally:
         sbx.kill()
 

@@ -14,7 +14,8 @@ from gateway._settings import DEFAULT_TEMPLATES
 from pool import ExecutorInit, PortClosed, RuntimeFailure, SandboxGone, SandboxSpec, Template, load_templates
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from tests import kube_fixtures
-from tests.kube_fixtures import Kube, free_port, wait_for
+from tests.kube_fixtures import Kube, free_port
+from tests.polling import wait_for
 from tests.sandbox_exec import run_in_sandbox
 
 kube = kube_fixtures.kube
@@ -137,7 +138,7 @@ def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_
 
     _run(kube, kube_namespace, scenario)
     assert kube.kubectl("get", "replicasets,pods", "-n", kube_namespace, "-o", "name") == ""
-    wait_for(lambda: not _executor_running_at(ips[0]), what="the executor process to end", timeout=10)
+    wait_for(lambda: not _executor_running_at(ips[0]), what="the executor process to end")
 
 
 def test_a_new_runtime_recovers_running_sandboxes(kube: Kube, kube_namespace: str) -> None:

@@ -18,7 +18,8 @@ import pytest
 from e2b import Sandbox, SandboxQuery
 
 from tests import kube_fixtures
-from tests.kube_fixtures import Kube, wait_for
+from tests.kube_fixtures import Kube
+from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import health_burst, metric
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 

@@ -15,7 +15,8 @@ from pool import RuntimeFailure, SandboxGone
 from pool._executor_client import EXECUTOR_PORT, start_process
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from tests import kube_fixtures
-from tests.kube_fixtures import Kube, wait_for
+from tests.kube_fixtures import Kube
+from tests.polling import wait_for, wait_for_async
 from tests.sandbox_exec import run_in_sandbox
 from tests.test_kube_runtime import BASE, kube_runtime, pod_ip, spec
 
@@ -64,19 +65,22 @@ def _ready(kube: Kube, namespace: str, sandbox_id: str) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-async def _count(directory: Path) -> int:
-    """The counter's value, read once it has written one."""
-    for _ in range(500):  # a login shell starts it: give its profile a few seconds
-        with contextlib.suppress(OSError, ValueError):
-            return int((directory / "count").read_text())
-        await asyncio.sleep(0.02)
-    raise AssertionError("the counter never wrote")
+def _count(directory: Path) -> int:
+    """The counter's value, 0 until it has written one (a login shell starts it: its profile runs first)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int((directory / "count").read_text())
+    return 0
 
 
-async def _counts_on(directory: Path, seconds: float = 0.4) -> bool:
-    before = await _count(directory)
+async def _counts_on(directory: Path) -> None:
+    before = await wait_for_async(lambda: _count(directory), what="the counter to write")
+    await wait_for_async(lambda: _count(directory) > before, what="the counter to count on")
+
+
+async def _stands_still(directory: Path, seconds: float = 0.4) -> bool:
+    before = await wait_for_async(lambda: _count(directory), what="the counter to write")
     await asyncio.sleep(seconds)
-    return await _count(directory) > before
+    return _count(directory) == before
 
 
 async def _start_counter(rt: KubernetesRuntime, sandbox_id: str) -> None:
@@ -91,14 +95,14 @@ def test_freeze_stops_a_loop_in_the_pod_and_thaw_resumes_it(kube: Kube, kube_nam
             await rt.start(spec("pausing", token=TOKEN))
             await _start_counter(rt, "pausing")
             directory = _pod_dir(kube, kube_namespace, "pausing")
-            assert await _counts_on(directory)
+            await _counts_on(directory)
             await rt.freeze("pausing")
             await rt.freeze("pausing")  # idempotent
-            assert not await _counts_on(directory)
+            assert await _stands_still(directory)
             assert rt.is_running("pausing")  # the pod stays; its executor answers
             assert (await rt.stats("pausing")).mem_total > 0
             await rt.thaw("pausing")
-            assert await _counts_on(directory)
+            await _counts_on(directory)
             await rt.stop("pausing")
 
     asyncio.run(main())

@@ -26,6 +26,7 @@ from pool._kube._pool_manifest import is_claimed_warm_pod
 from pool._kube._warm import KubeWarmPools
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, free_port
+from tests.polling import wait_for_async
 from tests.sandbox_exec import run_in_sandbox
 
 kube = kube_fixtures.kube
@@ -96,15 +97,6 @@ def template(tmp_path: Path, start_log: Path) -> Template:
 def starts(start_log: Path) -> list[str]:
     """The pod IPs whose start command ran, once per run."""
     return start_log.read_text().split() if start_log.exists() else []
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, within: float = 30.0) -> Any:
-    """Poll `check` (what the pools do not watch) until it returns something truthy (returned)."""
-    for _ in range(int(within / 0.05)):
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    pytest.fail(f"timed out after {within:g} s waiting for {what}")
 
 
 async def until(pools: KubeWarmPools, check: Callable[[], bool], what: str, within: float = 30.0) -> None:
@@ -237,7 +229,7 @@ def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_
             owners = (await cluster.sandbox_pod(sandbox_id))["metadata"].get("ownerReferences", [])
             return [(o["kind"], o["name"], o["uid"], o["controller"]) for o in owners]
 
-        assert await eventually(adopted, "the sandbox ReplicaSet to adopt the pod") == [
+        assert await wait_for_async(adopted, what="the sandbox ReplicaSet to adopt the pod") == [
             ("ReplicaSet", f"sandbox-{sandbox_id}", rs["metadata"]["uid"], True)
         ]
 
@@ -245,7 +237,7 @@ def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_
             status = (await cluster.get(f"{cluster.rs_path}/sandbox-{sandbox_id}"))["status"]
             return status.get("replicas") == status.get("readyReplicas") == 1
 
-        await eventually(settled, "the sandbox ReplicaSet to count its one pod")
+        await wait_for_async(settled, what="the sandbox ReplicaSet to count its one pod")
         assert (await cluster.sandbox_pod(sandbox_id))["metadata"]["uid"] == pod["metadata"]["uid"]  # no new pod
         assert starts(start_log).count(pod["status"]["podIP"]) == 1
         # The garbage collector deletes the adopted pod with its ReplicaSet.
@@ -256,7 +248,7 @@ def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_
             listed = await cluster.get(f"{cluster.ns}/pods", labelSelector=f"agent-sandbox.dev/sandbox-id={sandbox_id}")
             return not listed["items"]  # gone, not only being deleted
 
-        await eventually(gone, "the adopted pod to go with its ReplicaSet")
+        await wait_for_async(gone, what="the adopted pod to go with its ReplicaSet")
 
     run(scenario)
 
@@ -390,14 +382,14 @@ def test_a_pod_whose_warming_fails_is_deleted_and_replaced(run: Run, template: T
 
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True, tpl=silent, ports_timeout=0.5) as pools:
-            [first] = await eventually(lambda: cluster.pods("agent-sandbox.dev/pool=base"), "a pool pod")
+            [first] = await wait_for_async(lambda: cluster.pods("agent-sandbox.dev/pool=base"), what="a pool pod")
             await until(pools, lambda: pools.stats()["base"].failures == 1, "the warming to fail")
 
             async def replaced() -> bool:
                 names = [p["metadata"]["name"] for p in await cluster.pods("agent-sandbox.dev/pool=base")]
                 return len(names) == 1 and names != [first["metadata"]["name"]]
 
-            await eventually(replaced, "the failed pod to be replaced")
+            await wait_for_async(replaced, what="the failed pod to be replaced")
             assert pools.stats()["base"].ready == 0
             assert await pools.claim("base", INIT) is None
 

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from pool import LocalRuntime, PortClosed, Resources, RuntimeFailure
+from tests.polling import wait_for_async
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
 
@@ -247,11 +248,8 @@ def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path: Path)
             await rt.stop(f"cycle{i}")
         await rt.start(spec("crasher"))
         os.kill(rt.host_pid("crasher"), 9)
-        for _ in range(200):
-            if crashed:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        await wait_for_async(lambda: crashed, what="the exit listener to hear of the crash")
+        await asyncio.sleep(0.1)  # and of nothing else
         assert crashed == ["crasher"]
         after_mounts, after_processes, leftovers = _host_footprint(tmp_path)
         assert leftovers == []

@@ -6,7 +6,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
+from tests.polling import wait_for
 from tests.server_fixtures import REPO, RunningServer
 
 # The initialize handshake at the newest version it reaches, and the per-request envelope of 2026-07-28.
@@ -163,13 +163,12 @@ def test_the_product_page_example(server: RunningServer) -> None:
 
 def fetch(url: str) -> str:
     """GET `url` through the gateway, retrying while the server inside is still starting."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def served() -> httpx.Response | None:
         answer = httpx.get(url, timeout=10)
-        if answer.status_code == 200 or time.monotonic() > deadline:
-            assert answer.status_code == 200, answer.text
-            return answer.text
-        time.sleep(0.2)
+        return answer if answer.status_code == 200 else None
+
+    return wait_for(served, what=f"a 200 from {url}").text
 
 
 def test_create_returns_the_sandbox_its_urls_and_its_tools(node_sandbox: dict[str, Any], server: RunningServer) -> None:

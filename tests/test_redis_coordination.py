@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 
 from activator import RedisCoordinator
 from tests import redis_fixtures
-from tests.redis_fixtures import RedisServer, eventually
+from tests.polling import wait_for_async
+from tests.redis_fixtures import RedisServer
 from tests.server_fixtures import REPO
 
 redis_server = redis_fixtures.redis_server
@@ -147,7 +148,7 @@ def test_activity_goes_out_in_batches_and_the_newest_time_wins(redis_server: Red
                 async def a_sees_b() -> bool:
                     return (await a.activity()).get("s1") == now + 500
 
-                await eventually(a_sees_b, what="b's periodic flush")
+                await wait_for_async(a_sees_b, what="b's periodic flush")
                 await a.close()  # its last flush
                 assert await b.activity() == {f"s{i}": now + i for i in range(50)} | {"s1": now + 500}
                 stats = await raw.info("commandstats")
@@ -169,7 +170,7 @@ def test_activity_older_than_the_retention_is_dropped(redis_server: RedisServer)
             async def b_sees_a() -> bool:
                 return bool(await b.activity())
 
-            await eventually(b_sees_a, what="a's flush")
+            await wait_for_async(b_sees_a, what="a's flush")
             assert await b.activity() == {"new": now}
 
     asyncio.run(main())
@@ -219,7 +220,7 @@ def test_coordination_resumes_when_redis_is_back(redis_server: RedisServer, capl
             async def both_back() -> bool:
                 return len(logged(caplog, BACK)) == 2
 
-            await eventually(both_back, what="both replicas reconnecting")
+            await wait_for_async(both_back, what="both replicas reconnecting")
             async with a.sandbox_lock("s1"):
                 assert not await lock_within(b, "s1", 0.5)
             await a.publish_changed("s2")
@@ -228,7 +229,7 @@ def test_coordination_resumes_when_redis_is_back(redis_server: RedisServer, capl
             async def b_sees_a() -> bool:
                 return (await b.activity()).get("s1") == noted
 
-            await eventually(b_sees_a, what="a's activity written again")
+            await wait_for_async(b_sees_a, what="a's activity written again")
             assert len(logged(caplog, UNREACHABLE)) == 2
 
     asyncio.run(main())
@@ -252,7 +253,7 @@ def test_starts_alone_when_redis_is_down_and_joins_once_it_is_up(
             async def joined() -> bool:
                 return bool(logged(caplog, BACK))
 
-            await eventually(joined, what="the coordinator connecting")
+            await wait_for_async(joined, what="the coordinator connecting")
             async with replica(redis_server.url, "b") as (b, _), a.sandbox_lock("s1"):
                 assert not await lock_within(b, "s1", 0.5)
 

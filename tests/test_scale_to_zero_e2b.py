@@ -9,7 +9,8 @@ import pytest
 from e2b import Sandbox
 from e2b.exceptions import SandboxException
 
-from tests.scale_to_zero_fixtures import counted, criu_or_skip, http_get, start_counter, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import counted, criu_or_skip, http_get, start_counter
 from tests.server_fixtures import RunningServer
 
 
@@ -54,7 +55,7 @@ def test_a_timeout_pauses_when_asked_to_and_paused_time_does_not_count(e2b_env: 
     sbx = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause"})
     try:
         sbx.files.write("/home/user/kept.txt", "survives its timeout")
-        wait_for(lambda: sbx.get_info().state == "paused", 15, "the timeout to pause the sandbox")
+        wait_for(lambda: sbx.get_info().state == "paused", what="the timeout to pause the sandbox")
         time.sleep(1.5)
         resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
         assert resumed.files.read("/home/user/kept.txt") == "survives its timeout"

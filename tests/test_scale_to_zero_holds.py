@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 from e2b import Sandbox
 
-from tests.scale_to_zero_fixtures import Reply, http_get, metric, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import Reply, http_get, metric
 from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
 ENVD = 49983
@@ -50,7 +51,7 @@ def test_past_the_cap_503_with_retry_after_and_past_the_deadline_504(paused: San
     assert all(reply.headers.get("retry-after") == "1" for reply in replies if reply.status == 503)
     assert metric(tight, "agent_sandbox_holds_total", result="queue_full") >= statuses[503]
     assert metric(tight, "agent_sandbox_holds_total", result="timeout") >= statuses[504]
-    wait_for(lambda: paused.get_info().state == "running", 30, "the restore to finish without any waiter")
+    wait_for(lambda: paused.get_info().state == "running", what="the restore to finish without any waiter")
     assert asyncio.run(http_get(tight.port, paused.sandbox_id, "/health", port=ENVD)).status == 204
 
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from e2b import Sandbox, SandboxQuery, SandboxState
 
-from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter
 from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
 
@@ -39,9 +40,9 @@ def test_an_idle_sandbox_freezes_then_snapshots_and_still_reads_as_running(idle_
     try:
         start_counter(sbx)
         first = asyncio.run(http_get(idle_env.port, sbx.sandbox_id, "/hit/a"))
-        wait_for(lambda: _in(idle_env, "paused"), 10, "the idle freeze")
+        wait_for(lambda: _in(idle_env, "paused"), what="the idle freeze")
         assert sbx.get_info().state == "running"  # transparent
-        wait_for(lambda: _in(idle_env, "snapshotted"), 10, "the idle snapshot")
+        wait_for(lambda: _in(idle_env, "snapshotted"), what="the idle snapshot")
         listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
         assert sbx.sandbox_id in {s.sandbox_id for s in listed}
         second = asyncio.run(http_get(idle_env.port, sbx.sandbox_id, "/hit/a"))  # wakes it: restore
@@ -74,7 +75,7 @@ def test_api_calls_wake_an_idle_sandbox(idle_env: RunningServer) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
         sbx.files.write("/home/user/kept.txt", "still here")
-        wait_for(lambda: _in(idle_env, "snapshotted") or _in(idle_env, "paused"), 10, "an idle pause")
+        wait_for(lambda: _in(idle_env, "snapshotted") or _in(idle_env, "paused"), what="an idle pause")
         assert sbx.files.read("/home/user/kept.txt") == "still here"
         assert sbx.commands.run("echo awake").stdout == "awake\n"
         assert _in(idle_env, "running")  # the calls woke it
@@ -84,6 +85,6 @@ def test_api_calls_wake_an_idle_sandbox(idle_env: RunningServer) -> None:
 
 def test_its_timeout_still_runs_while_idle(idle_env: RunningServer) -> None:
     sbx = Sandbox.create(timeout=5)
-    wait_for(lambda: not _in(idle_env, "running"), 10, "an idle pause")
-    wait_for(lambda: not sbx.is_running(), 15, "the timeout")
+    wait_for(lambda: not _in(idle_env, "running"), what="an idle pause")
+    wait_for(lambda: not sbx.is_running(), what="the timeout")
     assert httpx.get(f"{idle_env.url}/health").json()["sandboxes"] == {"running": 0, "paused": 0, "snapshotted": 0}

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from e2b import Sandbox
 
-from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter, wait_for
+from tests.polling import wait_for
+from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
 FLAGS = ("--pause-after", "1", "--snapshot-after", "0")  # idle sandboxes freeze, and are never snapshotted
@@ -39,7 +40,7 @@ def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
         _use(monkeypatch, first)
         criu_or_skip(first)
         frozen = _prepare(first, "frozen")
-        wait_for(lambda: sandboxes_by_state(first)["paused"] == 1, 10, "the idle freeze")
+        wait_for(lambda: sandboxes_by_state(first)["paused"] == 1, what="the idle freeze")
         snapshotted = _prepare(first, "snapshotted")
         assert snapshotted.pause()
         running = _prepare(first, "running")

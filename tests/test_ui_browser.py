@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from e2b import Sandbox
 
-from tests.server_fixtures import RunningServer
+from tests.server_fixtures import RunningServer, wait_for_port
 from tests.ui_fixtures import (
     browser_fixture,
     context_fixture,
@@ -23,7 +23,6 @@ from tests.ui_fixtures import (
     sdk_options,
     ui_server_fixture,
     ui_url,
-    wait_for_port,
 )
 
 __all__ = ["browser_fixture", "context_fixture", "ui_server_fixture"]  # fixtures, used by name

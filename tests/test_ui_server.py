@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -14,8 +13,9 @@ import websockets
 from e2b import Sandbox
 from websockets.typing import Origin
 
-from tests.server_fixtures import RunningServer
-from tests.ui_fixtures import new_key, sdk_options, sign_in, ui_server_fixture, ui_url, wait_for_port
+from tests.polling import wait_for
+from tests.server_fixtures import RunningServer, wait_for_port
+from tests.ui_fixtures import new_key, sdk_options, sign_in, ui_server_fixture, ui_url
 
 __all__ = ["ui_server_fixture"]  # a fixture, used by name
 
@@ -146,7 +146,7 @@ def test_the_terminal_runs_a_shell_and_kills_it_when_closed(
     output = asyncio.run(session())
     assert "30 100" in output  # the resize reached the PTY
     processes = f"/ui/api/sandboxes/{sandbox.sandbox_id}/processes"
-    deadline = time.monotonic() + 10
-    while any(p["args"] == ["-i", "-l"] for p in http.get(processes).json()["processes"]):
-        assert time.monotonic() < deadline, "the shell outlived its terminal"
-        time.sleep(0.2)
+    wait_for(
+        lambda: not any(p["args"] == ["-i", "-l"] for p in http.get(processes).json()["processes"]),
+        what="the shell to end with its terminal",
+    )

@@ -19,7 +19,8 @@ from litestar import Litestar
 from activator import ApiKeys, RedisCoordinator, SqliteStore
 from gateway.ui import SharedSessionStore, UiServices, ui_router
 from tests import redis_fixtures
-from tests.redis_fixtures import RedisServer, eventually
+from tests.polling import wait_for_async
+from tests.redis_fixtures import RedisServer
 from tests.test_activator_fakes import Clock, FakeRuntime, activator
 
 redis_server = redis_fixtures.redis_server
@@ -190,7 +191,7 @@ async def test_with_redis_down_sign_ins_are_kept_in_memory_without_raising(redis
         await a.drop_owner("key2")
         assert time.monotonic() - started < 5  # every call bounded
         redis_server.start()  # back, empty
-        await eventually(lambda: _visible(a, b), what="sign-ins shared again once Redis is back")
+        await wait_for_async(lambda: _visible(a, b), what="sign-ins shared again once Redis is back")
         assert await a.get(local) is not None  # sessions made while it was down still work here
         await a.drop_owner("key1")
         assert await a.get(local) is None
@@ -206,7 +207,7 @@ async def test_a_sign_out_redis_missed_is_done_there_once_it_answers_again(redis
             assert await a.get(token) is None
         finally:
             redis_server.thaw()
-        await eventually(lambda: _is_live(a, other), what="replica a reaching Redis again")
+        await wait_for_async(lambda: _is_live(a, other), what="replica a reaching Redis again")
         assert await b.get(token) is None
 
 

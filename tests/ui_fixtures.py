@@ -23,7 +23,7 @@ from tests.server_fixtures import REPO, RunningServer, running_server
 
 __all__ = [
     "CHROMIUM", "CHROMIUM_ARGS", "browser_fixture", "context_fixture", "new_key", "sdk_options", "sign_in",
-    "ui_server_fixture", "ui_url", "wait_for_port",
+    "ui_server_fixture", "ui_url",
 ]  # fmt: skip
 
 CHROMIUM = Path(os.environ.get("AGENT_SANDBOX_CHROMIUM", "/usr/bin/chromium"))
@@ -41,7 +41,7 @@ def ui_url(server: RunningServer) -> str:
 
 def new_key(server: RunningServer, name: str) -> str:
     """A new API key of the server (`agent-sandbox keys create`): a user with no sandboxes yet."""
-    argv = [sys.executable, "-m", "gateway", "keys", "create", "--name", name, "--data-dir", str(server.data_dir)]
+    argv = [sys.executable, "-m", "cli", "keys", "create", "--name", name, "--data-dir", str(server.data_dir)]
     created = subprocess.run(argv, cwd=REPO, check=True, capture_output=True, text=True)
     return created.stdout.split()[0]
 
@@ -61,12 +61,6 @@ def sign_in(server: RunningServer, key: str) -> tuple[httpx.Client, str]:
         client.close()
         raise AssertionError(f"sign-in failed: {signed_in.status_code} {signed_in.text[:200]}")
     return client, match.group(1)
-
-
-def wait_for_port(sandbox: Any, port: int) -> None:
-    """Return once something accepts connections on `port` inside the sandbox."""
-    probe = f"(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null"
-    sandbox.commands.run(f"for i in $(seq 200); do {probe} && exit 0; sleep 0.05; done; exit 1")
 
 
 @pytest.fixture(name="ui_server", scope="session")
