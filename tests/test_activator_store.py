@@ -31,7 +31,7 @@ async def sqlite_store(path: Path) -> AsyncIterator[Store]:
         await store.close()
 
 
-@pytest.fixture(params=["sqlite", "kube"])
+@pytest.fixture(params=["sqlite", pytest.param("kube", marks=pytest.mark.kube)])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreOpener:
     """Opens the store under test, again and again on the same data (a file, or a namespace of the dev cluster)."""
     if request.param == "sqlite":

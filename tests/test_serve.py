@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.server_fixtures import REPO, running_server
 
@@ -48,6 +49,7 @@ def test_explicit_api_key_from_the_environment_is_the_key(tmp_path: Path) -> Non
         assert not (tmp_path / "data" / "api-key").exists()
 
 
+@pytest.mark.sandbox  # a real `serve` process
 def test_malformed_explicit_key_is_refused_at_start(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "cli", "serve", "--data-dir", str(tmp_path / "data"), "--port", "0"],
