@@ -40,10 +40,11 @@ __all__ = ["Activator", "Page"]
 
 _log = logging.getLogger("activator")
 _LISTED = (SandboxState.RUNNING, SandboxState.PAUSED)
-# The stored states whose sandboxes may be reported in each state (an idle pause is reported as running).
+# The stored states whose sandboxes may be reported in each state: an idle pause is reported as running, and a
+# sandbox whose resume is under way as paused (the store holds a transition's target from its start on).
 _STORED_AS = {
     SandboxState.RUNNING: (SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.SNAPSHOTTED),
-    SandboxState.PAUSED: (SandboxState.PAUSED, SandboxState.SNAPSHOTTED),
+    SandboxState.PAUSED: (SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.SNAPSHOTTED),
 }
 
 
@@ -213,12 +214,21 @@ class Activator:
         order: Literal["asc", "desc"] = "desc",
     ) -> Page:
         """`owner`'s sandboxes reported in `states` (running / paused, as E2B sees them) whose metadata contain
-        `metadata`, by creation time, a page at a time."""
+        `metadata`, by creation time, a page at a time.
+
+        Each sandbox as `get` answers it: the route cache's record wins over the stored one, which during a
+        transition is already its target (a sandbox being snapshotted is listed running until it is snapshotted).
+        """
         if not 1 <= limit <= 100:
             raise InvalidRequest(f"limit must be between 1 and 100, not {limit}")
         wanted, reported = dict(metadata or {}), frozenset(states)
+        live = dict(self._machine.live)  # a copy: `keep` may run on another thread
 
-        def keep(record: SandboxRecord) -> bool:
+        def current(record: SandboxRecord) -> SandboxRecord:
+            return live.get(record.id, record)
+
+        def keep(stored: SandboxRecord) -> bool:
+            record = current(stored)
             return (
                 record.reported_state in reported
                 and wanted.items() <= record.metadata.items()
@@ -228,7 +238,10 @@ class Activator:
 
         stored = {state for wanted_state in reported for state in _STORED_AS.get(wanted_state, ())}
         after = decode_cursor(next_token) if next_token else None
-        found = await self._store.page(owner, stored, order=order, after=after, count=limit + 1, keep=keep)
+        found = [
+            current(record)
+            for record in await self._store.page(owner, stored, order=order, after=after, count=limit + 1, keep=keep)
+        ]
         more = len(found) > limit
         return Page(found[:limit], encode_cursor(found[limit - 1]) if more else None)
 

@@ -18,6 +18,8 @@ from activator import (
 )
 from pool import SnapshotInfo
 from tests import test_activator_fakes as fakes
+from tests.polling import wait_for_async
+from tests.test_activator_dataplane import held
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request, template
 
 pytestmark = pytest.mark.anyio
@@ -262,6 +264,32 @@ async def test_listing_reports_idle_pauses_as_running(store: Store, runtime: Fak
     listed = {r.id for r in (await act.list("alice", states={SandboxState.RUNNING})).records}
     assert listed == {idle.id, running.id}
     assert [r.id for r in (await act.list("alice", states={SandboxState.PAUSED})).records] == [paused.id]
+
+
+async def test_a_sandbox_mid_transition_is_listed_as_get_answers(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    """The store holds a transition's target from its start on: the listings (the UI's, E2B's) must not show a
+    pause or a resume before `get` (E2B's get_info) does, that is before it is done."""
+    act = activator(store, runtime, clock)
+    sandbox_id = (await act.create("alice", request())).id
+
+    async def stored_ahead() -> bool:
+        stored = await store.get(sandbox_id)
+        return stored is not None and stored.state is not act.get("alice", sandbox_id).state
+
+    for method, transition, reported in (
+        ("snapshot", lambda: act.pause("alice", sandbox_id), SandboxState.RUNNING),
+        ("restore", lambda: act.connect("alice", sandbox_id, 60), SandboxState.PAUSED),
+    ):
+        release = held(runtime, method)
+        under_way = asyncio.create_task(transition())
+        await wait_for_async(stored_ahead, what=f"the {method} to be stored")
+        assert act.get("alice", sandbox_id).reported_state is reported
+        assert [r.id for r in (await act.list("alice", states={reported})).records] == [sandbox_id]
+        assert [r.reported_state for r in (await act.list("alice")).records] == [reported]
+        release.set()
+        await under_way
 
 
 async def test_logs_record_the_lifecycle(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
