@@ -29,6 +29,7 @@ from executor._defaults import Defaults
 from executor._errors import ExecutorError, Unimplemented, error_json
 from executor._exchange import Request, Response
 from executor._reaper import Reaper
+from executor.envd import MAX_ARCHIVE_BYTES, MAX_UPLOAD_BYTES
 
 if TYPE_CHECKING:
     from executor._archive import Archives
@@ -53,8 +54,8 @@ Route = Callable[[Request, Response], Awaitable[None]]
 class Settings:
     """How this executor runs; decided once by the entry point (what /init may change is `Defaults`)."""
 
-    max_upload_bytes: int = 1024**3
-    max_archive_bytes: int = 256 * 1024**2
+    max_upload_bytes: int = MAX_UPLOAD_BYTES
+    max_archive_bytes: int = MAX_ARCHIVE_BYTES
     process_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 

@@ -91,7 +91,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--init-file", help="JSON with the fields of POST /init, applied at start-up")
     parser.add_argument("--home", help="every user's home directory instead of /etc/passwd's (the dev cluster's pods)")
     parser.add_argument(
-        "--max-upload-bytes", type=int, default=1024**3, help="largest accepted POST /files body (default: 1 GiB)"
+        "--max-upload-bytes",
+        type=int,
+        default=Settings.max_upload_bytes,
+        help="largest accepted POST /files body (default: 1 GiB)",
     )
     parser.add_argument(
         "--max-archive-bytes",

@@ -31,7 +31,9 @@ __all__ = (
     "END_STREAM",
     "ENVD_PORT",
     "ENVELOPE_HEADER",
+    "MAX_ARCHIVE_BYTES",
     "MAX_MESSAGE_BYTES",
+    "MAX_UPLOAD_BYTES",
     "PROTOCOL_HEADERS",
     "STREAM_TYPE",
     "TIMEOUT_HEADER",
@@ -100,6 +102,10 @@ ENVELOPE_HEADER = struct.Struct(">BI")
 COMPRESSED = 0x01
 END_STREAM = 0x02  # the last envelope: the trailer, `{}` or `{"error": {...}}`
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # the largest message the executor reads; larger is `resource_exhausted`
+
+# The executor's default limits (`--max-upload-bytes`, `--max-archive-bytes`): larger is refused with 413.
+MAX_UPLOAD_BYTES = 1024**3  # one POST /files body
+MAX_ARCHIVE_BYTES = 256 * 1024**2  # one /agent-sandbox/archive, packed or unpacked
 
 
 def basic_auth(user: str) -> str:

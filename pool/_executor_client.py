@@ -33,7 +33,7 @@ __all__ = [
 EXECUTOR_PORT = ENVD_PORT  # the name the runtimes use for it
 _TIMEOUT = 10.0
 _ARCHIVE_TIMEOUT = 120.0
-"""An archive is up to the executor's --max-archive-bytes (256 MiB) each way, packed or unpacked meanwhile."""
+"""An archive is up to the executor's `--max-archive-bytes` (`envd.MAX_ARCHIVE_BYTES`) each way, packed or unpacked."""
 
 
 async def post_init(sock: socket.socket, init: ExecutorInit, current_token: str | None) -> None:

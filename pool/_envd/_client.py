@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 
@@ -64,7 +64,11 @@ T = TypeVar("T")
 
 _UNARY_HEADERS = {"Content-Type": UNARY_TYPE, **PROTOCOL_HEADERS}
 _STREAM_HEADERS = {"Content-Type": STREAM_TYPE, **PROTOCOL_HEADERS}
-_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}  # answer type -> its decoder, built on first use
+_EMPTY = msgspec.json.Decoder(Empty)
+_LIST = msgspec.json.Decoder(ListResponse)
+_LIST_DIR = msgspec.json.Decoder(ListDirResponse)
+_WRITTEN = msgspec.json.Decoder(list[EntryInfo])
+_EVENT = msgspec.json.Decoder(ProcessEventResponse)
 
 
 class EnvdClient:
@@ -81,7 +85,7 @@ class EnvdClient:
 
     async def list_processes(self) -> list[ProcessInfo]:
         """The processes the executor started and still tracks (`List`)."""
-        return (await self._unary("process.Process/List", Empty(), ListResponse)).processes
+        return (await self._unary("process.Process/List", Empty(), _LIST)).processes
 
     @asynccontextmanager
     async def start(
@@ -99,7 +103,11 @@ class EnvdClient:
         async with self._exchange("POST", "/process.Process/Start", headers, envelope(encode(request))) as reply:
             if reply.status != 200:
                 raise await refused(reply)
-            yield _events(reply)
+            events = _events(reply)
+            try:
+                yield events
+            finally:
+                await events.aclose()
 
     async def start_background(self, request: StartRequest, *, kill_after: float | None = None) -> int:
         """Start a process and return its pid once it runs; it goes on after the stream is closed (until
@@ -123,20 +131,20 @@ class EnvdClient:
         raise ExecutorError("the executor stopped reporting the process before it ended")
 
     async def send_signal(self, request: SendSignalRequest) -> None:
-        await self._unary("process.Process/SendSignal", request, Empty)
+        await self._unary("process.Process/SendSignal", request, _EMPTY)
 
     async def send_input(self, request: SendInputRequest) -> None:
-        await self._unary("process.Process/SendInput", request, Empty)
+        await self._unary("process.Process/SendInput", request, _EMPTY)
 
     async def update(self, request: UpdateRequest) -> None:
         """Resize a process's PTY."""
-        await self._unary("process.Process/Update", request, Empty)
+        await self._unary("process.Process/Update", request, _EMPTY)
 
     # filesystem.Filesystem
 
     async def list_dir(self, request: ListDirRequest) -> list[EntryInfo]:
         """The entries under `request.path` (relative paths start in the user's home), `depth` levels deep."""
-        return (await self._unary("filesystem.Filesystem/ListDir", request, ListDirResponse)).entries
+        return (await self._unary("filesystem.Filesystem/ListDir", request, _LIST_DIR)).entries
 
     # /files
 
@@ -151,14 +159,14 @@ class EnvdClient:
     async def write_file(self, path: str, data: bytes) -> list[EntryInfo]:
         """`POST /files` of one file's content (missing directories are made): what was written."""
         headers = self._token | {"Content-Type": "application/octet-stream"}
-        return _decode(list[EntryInfo], await self._send("POST", self._files(path), headers, data), "POST /files")
+        return _decode(_WRITTEN, await self._send("POST", self._files(path), headers, data), "POST /files")
 
     async def write_files(self, files: Mapping[str, bytes]) -> list[EntryInfo]:
         """`POST /files` of several files by absolute path, in one multipart request: what was written."""
         boundary = secrets.token_hex(16)
         headers = self._token | {"Content-Type": f"multipart/form-data; boundary={boundary}"}
         written = await self._send("POST", self._files(None), headers, _multipart(files, boundary))
-        return _decode(list[EntryInfo], written, "POST /files")
+        return _decode(_WRITTEN, written, "POST /files")
 
     # POST /init and the executor's own calls
 
@@ -189,7 +197,7 @@ class EnvdClient:
 
     # the steps every call shares
 
-    async def _unary(self, method: str, request: Message, answer: type[T]) -> T:
+    async def _unary(self, method: str, request: Message, answer: msgspec.json.Decoder[T]) -> T:
         """One Connect unary call: its answer decoded as `answer`."""
         raw = await self._send("POST", f"/{method}", _UNARY_HEADERS | self._rpc, encode(request))
         return _decode(answer, raw, method)
@@ -223,7 +231,7 @@ def shell_command(
     return StartRequest(process=config, tag=tag, stdin=False)
 
 
-async def _events(reply: Reply) -> AsyncIterator[ProcessEvent]:
+async def _events(reply: Reply) -> AsyncGenerator[ProcessEvent, None]:
     """The events of a Start stream as each envelope completes; an error trailer is raised as ExecutorRefused."""
     async for flags, payload in envelopes(reply):
         if flags & END_STREAM:
@@ -231,18 +239,14 @@ async def _events(reply: Reply) -> AsyncIterator[ProcessEvent]:
             if error is not None:
                 raise ExecutorRefused(error.code, error.message)
             return
-        event = _decode(ProcessEventResponse, payload, "a Start event").event
+        event = _decode(_EVENT, payload, "a Start event").event
         if event.keepalive is None:
             yield event
 
 
-def _decode(answer: type[T], raw: bytes, what: str) -> T:
-    decoder = _decoders.get(answer)
-    if decoder is None:
-        decoder = _decoders[answer] = msgspec.json.Decoder(answer)
+def _decode(answer: msgspec.json.Decoder[T], raw: bytes, what: str) -> T:
     try:
-        answer_value: T = decoder.decode(raw)
-        return answer_value
+        return answer.decode(raw)
     except msgspec.DecodeError as exc:
         raise ExecutorError(f"the executor's answer to {what} is not what envd sends: {exc}: {raw[:200]!r}") from exc
 
