@@ -4,7 +4,7 @@ PoolError                base class
 ├── RuntimeFailure       a sandbox could not be started, frozen, stopped or reached
 │   └── PortClosed       nothing listens on the requested port inside the sandbox
 ├── ExecutorError        the exchange with a sandbox's executor (envd) broke, or was not HTTP
-│   └── ExecutorRefused  the executor answered a Connect call with an error (`code`, `message`)
+│   └── ExecutorRefused  the executor answered with an error (`code`: Connect's, or the HTTP status of /files etc.)
 ├── SandboxGone          the runtime has no sandbox with that ID (never started, or stopped)
 └── ImageBuildError      a template's layers could not be built
 """
@@ -39,7 +39,8 @@ class ExecutorError(PoolError):
 
 
 class ExecutorRefused(ExecutorError):
-    """The executor answered a Connect call with an error: `code` ("not_found", ...) and its `message`."""
+    """The executor answered with an error: `code` ("not_found", ...; the HTTP status for /files, /init and
+    /agent-sandbox/*) and its `message`."""
 
     def __init__(self, code: str | int, message: str) -> None:
         super().__init__(f"the executor refused the call: {code}: {message}")
