@@ -28,9 +28,8 @@ from collections.abc import Mapping
 from kube_dev._objects import Container
 from pool import ENVD_PORT
 
-__all__ = ["EXECUTOR_PORT", "NO_COMMAND", "container_argv", "expand", "is_sandbox_image"]
+__all__ = ["NO_COMMAND", "container_argv", "expand", "is_sandbox_image"]
 
-EXECUTOR_PORT = ENVD_PORT  # the port the executor of a sandbox image listens on
 NO_COMMAND = "StandInNoCommand"
 _SANDBOX_REPOSITORY = re.compile(r"(?:^|/)agent-sandbox/sandbox-[a-z0-9][a-z0-9._-]*$")
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -63,7 +62,7 @@ def container_argv(container: Container, pod_ip: str, env: Mapping[str, str], ho
     """The host command line for `container`, or None when the convention gives it none."""
     args = [expand(arg, env) for arg in container.args]
     if is_sandbox_image(container.image):
-        executor = [sys.executable, "-m", "executor", "--host", pod_ip, "--port", str(EXECUTOR_PORT), "--home", home]
+        executor = [sys.executable, "-m", "executor", "--host", pod_ip, "--port", str(ENVD_PORT), "--home", home]
         return executor + args
     if not container.command:
         return None

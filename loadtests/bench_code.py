@@ -73,7 +73,7 @@ def _create_to_first_result(server: RunningServer, creates: int) -> tuple[list[f
 
 
 def _serve_has_warm() -> bool:
-    usage = subprocess.run([sys.executable, "-m", "gateway", "serve", "--help"], cwd=REPO, capture_output=True)
+    usage = subprocess.run([sys.executable, "-m", "cli", "serve", "--help"], cwd=REPO, capture_output=True)
     return b"--warm" in usage.stdout
 
 

@@ -1,6 +1,6 @@
 """Where sandboxes come from: templates, their images, and the runtimes that run them."""
 
-from pool import _envd as envd  # the executor's client: `envd.Connection`, `envd.exchange`, `envd.call_unary`, ...
+from pool import _envd as envd  # the executor's client: `envd.EnvdClient`, its transports and Connect framing
 from pool._autostart import AUTOSTART_ENV, AUTOSTART_FILE, AUTOSTART_TAG, Autostart
 from pool._envd import (
     ENVD_PORT,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import msgspec
 
+from executor.envd import ENVD_PORT
 from pool import ExecutorInit
-from pool._executor_client import EXECUTOR_PORT, download_archive, upload_archive
+from pool._executor_client import download_archive, upload_archive
 from tests.runtime_fixtures import local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
 
@@ -53,10 +54,10 @@ def test_archive_round_trip_under_the_images_python(tmp_path: Path) -> None:
             await runtime.start(msgspec.structs.replace(spec("imagearchive"), init=init))
             assert (await run_in_sandbox(runtime, "imagearchive", _FILES)).exit_code == 0
             before = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
-            sock = await runtime.open_socket("imagearchive", EXECUTOR_PORT)
+            sock = await runtime.open_socket("imagearchive", ENVD_PORT)
             archive = await download_archive(sock, None, limit=64 << 20)
             wiped = await run_in_sandbox(runtime, "imagearchive", "rm -rf work && ls")
-            sock = await runtime.open_socket("imagearchive", EXECUTOR_PORT)
+            sock = await runtime.open_socket("imagearchive", ENVD_PORT)
             await upload_archive(sock, None, archive)
             after = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
             return before, wiped.stdout, after

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
+from executor.envd import ENVD_PORT
 from kube_dev._addresses import LoopbackAddresses
-from kube_dev._convention import EXECUTOR_PORT, container_argv, expand, is_sandbox_image
+from kube_dev._convention import container_argv, expand, is_sandbox_image
 from kube_dev._objects import Container
 
 
@@ -46,7 +47,7 @@ def test_sandbox_image_runs_the_executor_on_the_pod_ip_in_a_home_of_its_own_with
     container = Container(name="x", image="agent-sandbox/sandbox-base:dev", command=["ignored"],
                           args=["--default-user", "$(WHO)"])  # fmt: skip
     argv = container_argv(container, "127.0.0.9", {"WHO": "root"}, "/state/pods/ns_p_1")
-    assert argv == [sys.executable, "-m", "executor", "--host", "127.0.0.9", "--port", str(EXECUTOR_PORT),
+    assert argv == [sys.executable, "-m", "executor", "--host", "127.0.0.9", "--port", str(ENVD_PORT),
                     "--home", "/state/pods/ns_p_1", "--default-user", "root"]  # fmt: skip
 
 

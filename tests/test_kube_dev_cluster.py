@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kube_dev._convention import EXECUTOR_PORT
+from executor.envd import ENVD_PORT
 from tests import kube_fixtures
 from tests.kube_fixtures import SCRIPT, Kube, free_port, free_port_pair, require_binaries
 from tests.polling import wait_for
@@ -167,7 +167,7 @@ def test_replicaset_of_a_sandbox_image_runs_the_executor_and_scales_to_zero(kube
         "name": "executor",
         "image": "agent-sandbox/sandbox-base:dev",
         "args": ["--default-user", "root"],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": EXECUTOR_PORT}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": ENVD_PORT}},
     }
     replicaset = {
         "apiVersion": "apps/v1",
@@ -182,13 +182,13 @@ def test_replicaset_of_a_sandbox_image_runs_the_executor_and_scales_to_zero(kube
         wait_for(lambda: client.get(f"{base}/sbx").json()["status"].get("readyReplicas") == 1, what="1 ready")
         pods = client.get(f"/api/v1/namespaces/{kube_namespace}/pods", params={"labelSelector": "app=sbx"})
         ip = pods.json()["items"][0]["status"]["podIP"]
-        assert httpx.get(f"http://{ip}:{EXECUTOR_PORT}/health", trust_env=False).status_code in (200, 204)
+        assert httpx.get(f"http://{ip}:{ENVD_PORT}/health", trust_env=False).status_code in (200, 204)
 
         scale = {"spec": {"replicas": 0}}
         headers = {"Content-Type": "application/merge-patch+json"}
         client.patch(f"{base}/sbx/scale", json=scale, headers=headers).raise_for_status()
         wait_for(lambda: not client.get(f"/api/v1/namespaces/{kube_namespace}/pods").json()["items"], what="no pod")
-        assert not _accepts(ip, EXECUTOR_PORT)
+        assert not _accepts(ip, ENVD_PORT)
 
 
 def test_up_again_is_a_quick_no_op_and_status_says_all_runs(kube: Kube) -> None:

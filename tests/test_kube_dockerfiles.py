@@ -12,7 +12,7 @@ from pathlib import Path
 import dockerfile  # type: ignore[import-not-found]
 import pytest
 
-from pool._executor_client import EXECUTOR_PORT
+from executor.envd import ENVD_PORT
 from pool._local._layer_steps import EXECUTOR_DEPENDENCIES
 from tests.server_fixtures import REPO
 
@@ -52,7 +52,7 @@ def test_sandbox_base_runs_the_executor_on_its_port_with_the_local_runtimes_whee
     commands = _commands(DEPLOY / "Dockerfile.sandbox-base")
     entrypoint = next(c for c in commands if c.cmd == "ENTRYPOINT")
     assert entrypoint.json
-    assert entrypoint.value[-4:] == ("--host", "0.0.0.0", "--port", str(EXECUTOR_PORT))
+    assert entrypoint.value[-4:] == ("--host", "0.0.0.0", "--port", str(ENVD_PORT))
     assert any(EXECUTOR_DEPENDENCIES in " ".join(c.value) for c in commands if c.cmd == "RUN")
 
 

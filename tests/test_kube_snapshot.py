@@ -11,8 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from executor.envd import ENVD_PORT
 from pool import RuntimeFailure, SandboxGone
-from pool._executor_client import EXECUTOR_PORT, start_process
+from pool._executor_client import start_process
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube
@@ -85,7 +86,7 @@ async def _stands_still(directory: Path, seconds: float = 0.4) -> bool:
 
 async def _start_counter(rt: KubernetesRuntime, sandbox_id: str) -> None:
     loop = f"{IN_POD_DIR}; i=0; while true; do i=$((i+1)); echo $i > count.tmp; mv count.tmp count; sleep 0.02; done"
-    sock = await rt.open_socket(sandbox_id, EXECUTOR_PORT)
+    sock = await rt.open_socket(sandbox_id, ENVD_PORT)
     await start_process(sock, loop, tag="counter", user="root", token=TOKEN)
 
 

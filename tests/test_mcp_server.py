@@ -305,7 +305,7 @@ def test_another_key_sees_none_of_the_sandboxes(node_sandbox: dict[str, Any], se
     command = [
         sys.executable,
         "-m",
-        "gateway",
+        "cli",
         "keys",
         "create",
         "--name",

@@ -26,8 +26,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from executor.envd import ENVD_PORT
 from pool._errors import RuntimeFailure, SandboxGone
-from pool._executor_client import EXECUTOR_PORT, freeze, thaw
+from pool._executor_client import freeze, thaw
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._archive import ARCHIVE_LIMIT
 from pool._kube._calls import connect, delete
@@ -154,7 +155,7 @@ class KubeSandboxes:
 
     async def freeze(self, sandbox_id: str) -> None:
         """SIGSTOP every process but the executor; the census taken then holds until `thaw`."""
-        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        sock = await self.open_socket(sandbox_id, ENVD_PORT)
         with self._token_hint(sandbox_id):
             await freeze(sock, self._token(sandbox_id))
         try:
@@ -166,7 +167,7 @@ class KubeSandboxes:
         self._census.set(sandbox_id, keeps, until_forgotten=True)
 
     async def thaw(self, sandbox_id: str) -> None:
-        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        sock = await self.open_socket(sandbox_id, ENVD_PORT)
         with self._token_hint(sandbox_id):
             await thaw(sock, self._token(sandbox_id))
         self._census.forget(sandbox_id)
@@ -187,7 +188,7 @@ class KubeSandboxes:
 
     async def stats(self, sandbox_id: str) -> SandboxStats:
         """The executor's own figures (envd's GET /metrics); `cpu_seconds` is not among them and is 0."""
-        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        sock = await self.open_socket(sandbox_id, ENVD_PORT)
         with self._token_hint(sandbox_id):
             return await read_metrics(sock, self._token(sandbox_id))
 
@@ -267,4 +268,4 @@ class KubeSandboxes:
         return msgspec.structs.replace(spec, init=self._settings.as_sandbox_user(spec.init), template=template)
 
     async def _take_census(self, sandbox_id: str) -> bool:
-        return await template_only(await self.open_socket(sandbox_id, EXECUTOR_PORT), self._token(sandbox_id))
+        return await template_only(await self.open_socket(sandbox_id, ENVD_PORT), self._token(sandbox_id))

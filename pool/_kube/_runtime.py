@@ -41,9 +41,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from executor.envd import ENVD_PORT
 from pool._autostart import run_autostart
 from pool._errors import RuntimeFailure, SandboxGone
-from pool._executor_client import EXECUTOR_PORT, download_archive, post_init, upload_archive
+from pool._executor_client import download_archive, post_init, upload_archive
 from pool._kube._api import KubeApi
 from pool._kube._archive import CLEARED_RECORD, ArchiveRecord, ArchiveStore
 from pool._kube._connection import in_cluster, load_kubeconfig
@@ -161,7 +162,7 @@ class KubernetesRuntime(KubeSandboxes):
     async def _archive(self, found: ReplicaSet, started: float) -> ArchiveRecord:
         """The sandbox's working directory, downloaded and stored in its archive Secrets."""
         sandbox_id = found.sandbox_id or ""
-        sock = await self.open_socket(sandbox_id, EXECUTOR_PORT)
+        sock = await self.open_socket(sandbox_id, ENVD_PORT)
         with self._token_hint(sandbox_id):
             limit = self._settings.archive_limit
             try:
@@ -190,8 +191,8 @@ class KubernetesRuntime(KubeSandboxes):
         connect = self._connector(spec.sandbox_id)
         token = spec.init.access_token
         warm = runs_claimed_warm_pod(self._pods.of(spec.sandbox_id).values())
-        await post_init(await connect(EXECUTOR_PORT), spec.init, None)  # a warm pod has no token yet either
-        await upload_archive(await connect(EXECUTOR_PORT), token, archive)
+        await post_init(await connect(ENVD_PORT), spec.init, None)  # a warm pod has no token yet either
+        await upload_archive(await connect(ENVD_PORT), token, archive)
         if not warm:
             await run_start_commands(connect, spec)
         await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)

@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
+from executor.envd import ENVD_PORT
 from pool._errors import RuntimeFailure
-from pool._executor_client import EXECUTOR_PORT
 from pool._kube._api import KubeApi
 from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
@@ -186,7 +186,7 @@ class KubeWarmPools:
         """Apply the claimer's init to the adopted pod's executor; a pod that fails it is deleted."""
         what = f"warm pod {pod.name}"
         return await apply_claim_init(
-            lambda: connect(pod.status.pod_ip, EXECUTOR_PORT, self._claim_timeout, what), init,
+            lambda: connect(pod.status.pod_ip, ENVD_PORT, self._claim_timeout, what), init,
             within=self._claim_timeout, discard=lambda: self._calls.delete_quietly(pod.name), what=what, log=_log,
         )  # fmt: skip
 

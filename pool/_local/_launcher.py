@@ -17,8 +17,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from executor.envd import ENVD_PORT
 from pool._errors import RuntimeFailure
-from pool._executor_client import EXECUTOR_PORT
 from pool._local._sandbox import Sandbox
 from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, make_mounts_private, mount, setns, unshare
 from pool._local._userns import create_userns
@@ -56,7 +56,7 @@ def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int) -> list[str]:
         "--chdir", "/",
         "--",
         "/usr/bin/python3", "-I", "-S", "/opt/agent-sandbox/run-executor.py",
-        "--port", str(EXECUTOR_PORT), "--ready-fd", str(ready_fd), "--log", EXECUTOR_LOG,
+        "--port", str(ENVD_PORT), "--ready-fd", str(ready_fd), "--log", EXECUTOR_LOG,
     ]  # fmt: skip
 
 
