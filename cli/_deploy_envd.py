@@ -23,7 +23,7 @@ import httpx
 
 from cli._deploy_errors import DeployError
 from executor.envd import DataEvent, ProcessSelector, SendSignalRequest
-from pool import ENVD_PORT, EnvdClient, ExecutorError, ExecutorRefused, shell_command
+from pool import ENVD_PORT, BodyReader, EnvdClient, ExecutorError, ExecutorRefused, shell_command
 
 __all__ = ["Envd", "sandbox_headers"]
 
@@ -36,8 +36,10 @@ def sandbox_headers(sandbox_id: str, port: int) -> dict[str, str]:
     return {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(port)}
 
 
-class _Reply:
+class _Reply(BodyReader):
     """An httpx streaming response as the client reads one."""
+
+    what = "a request to the sandbox's envd"
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
@@ -47,22 +49,6 @@ class _Reply:
     async def chunks(self) -> AsyncIterator[bytes]:
         async for chunk in self._response.aiter_bytes():
             yield chunk
-
-    async def read(self, limit: int = 16 << 20) -> bytes:
-        body = bytearray()
-        async for chunk in self.chunks():
-            body += chunk
-            if len(body) > limit:
-                raise ExecutorError(f"the answer of the sandbox's envd is larger than {limit} bytes")
-        return bytes(body)
-
-    async def prefix(self, limit: int) -> bytes:
-        body = bytearray()
-        async for chunk in self.chunks():
-            body += chunk
-            if len(body) >= limit:
-                break
-        return bytes(body[:limit])
 
 
 class _GatewayTransport:

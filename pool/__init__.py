@@ -4,6 +4,7 @@ from pool import _envd as envd  # the executor's client: `envd.EnvdClient`, its 
 from pool._autostart import AUTOSTART_ENV, AUTOSTART_FILE, AUTOSTART_TAG, Autostart
 from pool._envd import (
     ENVD_PORT,
+    BodyReader,
     EnvdClient,
     EnvdTransport,
     KeptAliveTransport,
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_CRIU_DIR",
     "ENVD_PORT",
     "Autostart",
+    "BodyReader",
     "EnvdClient",
     "EnvdTransport",
     "ExecutorError",

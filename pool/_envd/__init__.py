@@ -2,6 +2,7 @@
 injected transport, and the HTTP/1.1 exchange over a socket connected into a sandbox that the transports use."""
 
 from executor.envd import ENVD_PORT
+from pool._envd._body import BodyReader
 from pool._envd._client import EnvdClient, shell_command
 from pool._envd._http1 import Connection, Response, exchange
 from pool._envd._transport import (
@@ -15,6 +16,7 @@ from pool._envd._transport import (
 
 __all__ = [
     "ENVD_PORT",
+    "BodyReader",
     "Connection",
     "EnvdClient",
     "EnvdTransport",

@@ -21,6 +21,7 @@ from types import TracebackType
 
 import httptools
 
+from pool._envd._body import BodyReader
 from pool._errors import ExecutorError
 
 __all__ = ["Connection", "Response", "exchange"]
@@ -50,12 +51,12 @@ class _Parsed:
         self.complete = True
 
 
-class Response:
+class Response(BodyReader):
     """A response whose head has been read; the body is read on demand."""
 
     def __init__(self, reader: asyncio.StreamReader, what: str) -> None:
         self._reader = reader
-        self._what = what  # "GET /files", for error messages
+        self.what = what  # "GET /files", for error messages
         self._parsed = _Parsed()
         self._parser = httptools.HttpResponseParser(self._parsed)
         self.status = 0
@@ -81,32 +82,14 @@ class Response:
                 return
             await self._feed()
 
-    async def read(self, limit: int = 16 << 20) -> bytes:
-        """The whole body; ExecutorError past `limit` bytes (envd's JSON answers are small)."""
-        body = bytearray()
-        async for chunk in self.chunks():
-            body += chunk
-            if len(body) > limit:
-                raise ExecutorError(f"the answer to {self._what} is larger than {limit} bytes")
-        return bytes(body)
-
-    async def prefix(self, limit: int) -> bytes:
-        """The body's first `limit` bytes (the rest is left unread)."""
-        body = bytearray()
-        async for chunk in self.chunks():
-            body += chunk
-            if len(body) >= limit:
-                return bytes(body[:limit])
-        return bytes(body)
-
     async def _feed(self) -> None:
         try:
             data = await self._reader.read(_READ_SIZE)
             if not data:
-                raise ExecutorError(f"the sandbox closed the connection in the middle of {self._what}")
+                raise ExecutorError(f"the sandbox closed the connection in the middle of {self.what}")
             self._parser.feed_data(data)
         except (OSError, httptools.HttpParserError) as exc:
-            raise ExecutorError(f"{self._what} inside the sandbox failed: {exc}") from exc
+            raise ExecutorError(f"{self.what} inside the sandbox failed: {exc}") from exc
 
 
 class Connection:
