@@ -40,6 +40,8 @@ from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
 from pool._local._images import ImageStore
 from pool._runtime import (
+    ALL_TRAFFIC,
+    EgressRules,
     ExecutorInit,
     Runtime,
     RuntimeCapabilities,
@@ -52,6 +54,7 @@ from pool._templates import Resources, Template, TemplateError, load_templates
 from pool._warm import WarmPools, WarmPoolStats, WarmRuntime
 
 __all__ = [
+    "ALL_TRAFFIC",
     "AUTOSTART_ENV",
     "AUTOSTART_FILE",
     "AUTOSTART_TAG",
@@ -59,6 +62,7 @@ __all__ = [
     "ENVD_PORT",
     "Autostart",
     "BodyReader",
+    "EgressRules",
     "EnvdClient",
     "EnvdTransport",
     "ExecutorError",

@@ -10,6 +10,8 @@ import msgspec
 from pool._templates import Template
 
 __all__ = [
+    "ALL_TRAFFIC",
+    "EgressRules",
     "ExecutorInit",
     "Runtime",
     "RuntimeCapabilities",
@@ -31,12 +33,34 @@ class ExecutorInit(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=T
     default_workdir: str | None = None
 
 
+ALL_TRAFFIC = ("0.0.0.0/0", "::/0")  # what `allow_internet_access=false` denies (E2B's ALL_TRAFFIC, both families)
+
+
+class EgressRules(msgspec.Struct, frozen=True, kw_only=True):
+    """What a sandbox may reach outside itself, as E2B's API states it (already validated by the API).
+
+    `allow_out` holds IPs, CIDRs and domains (`example.com`, `*.example.com`); `deny_out` IPs and CIDRs only.
+    Allow beats deny beats the default, which is allowed. Whatever the rules say, private and link-local ranges,
+    the host's own addresses, the control plane and other sandboxes stay unreachable. `EgressRules()` is E2B's
+    default: the internet, nothing private.
+    """
+
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
+
+    @property
+    def internet(self) -> bool:
+        """Whether anything outside may be reached at all (False: `allow_internet_access=false` and no allow)."""
+        return bool(self.allow_out) or not set(ALL_TRAFFIC) <= set(self.deny_out)
+
+
 class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a runtime needs to start one sandbox."""
 
     sandbox_id: str
     template: Template
     init: ExecutorInit
+    egress: EgressRules = EgressRules()
     # Extra annotations for the runtime's objects (owner key id, metadata, lifecycle); never secrets.
     annotations: dict[str, str] = {}
 
