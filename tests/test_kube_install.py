@@ -1,5 +1,10 @@
 """`install.yaml`: valid against the Kubernetes schemas, applied for real, and its RBAC checked for real.
 
+The schemas are 1.28's and the newest kubernetes-validate ships, checked more strictly than its command does
+(`tests.kube_schemas`: a removed API or a deprecated field fails); the objects the runtime creates are checked
+against them too. The dev cluster's control plane is 1.20: what it does not serve yet (the PodDisruptionBudget's
+policy/v1) is left out of what is applied there, and only the schemas check it.
+
 The gateway's ServiceAccount gets a token through the TokenRequest API, and every right is checked with
 that token: SelfSubjectAccessReviews for the whole table of what the gateway needs and must not have, real
 calls for each kind of object, and finally the gateway itself (`serve` with the Deployment's args and the
@@ -12,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -31,9 +35,12 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only
 from e2b import Sandbox
 
 from kube_dev._convention import is_sandbox_image
-from pool import load_templates
+from pool import ExecutorInit, KubeSettings, SandboxSpec, load_templates
+from pool._kube._manifest import replica_set
+from pool._kube._pool_manifest import pool_replica_set
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube
+from tests.kube_schemas import OLDEST, problems, schema_versions
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, free_port, stop_process
 
@@ -46,6 +53,8 @@ GATEWAY_SA = "agent-sandbox-gateway"
 SUBJECT_LINE = "    namespace: agent-sandbox  # the install namespace: change it with the namespace\n"
 JSON_PATCH = {"Content-Type": "application/merge-patch+json"}
 ROLE = "agent-sandbox.dev/role"
+# What install.yaml uses that the dev cluster's 1.20 control plane does not serve (policy/v1 is 1.21's).
+NEWER_THAN_THE_DEV_CLUSTER = {"policy/v1"}
 WARM_READY = "agent-sandbox.dev/warm-ready"
 
 
@@ -65,25 +74,90 @@ def _gateway_container() -> dict[str, Any]:
     return container
 
 
-def _schema_versions() -> list[str]:
-    """1.28 (the oldest supported) and the newest version whose schemas kubernetes-validate ships."""
-    spec = importlib.util.find_spec("kubernetes_validate")
-    assert spec is not None, "kubernetes-validate is not installed"
-    assert spec.submodule_search_locations
-    schemas = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
-    versions = [d.name.removeprefix("v").removesuffix("-local") for d in schemas.glob("v*-local")]
-    newest = max(versions, key=lambda v: tuple(int(part) for part in v.split(".")))
-    return ["1.28.0", newest]
+NEWEST = schema_versions()[-1]
 
 
-@pytest.mark.parametrize("version", _schema_versions())
+@pytest.mark.parametrize("version", schema_versions())
 def test_install_yaml_is_valid_against_the_kubernetes_schemas(version: str) -> None:
-    validate = REPO / ".venv" / "bin" / "kubernetes-validate"
-    result = subprocess.run(
-        [str(validate), "--kubernetes-version", version, "--strict", "--quiet", str(INSTALL)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
+    """Strictly (no unknown field), every API still served (a schema for it), nothing deprecated."""
+    found = [problem for document in _documents() for problem in problems(document, version)]
+    assert not found, "\n".join(found)
+
+
+_REMOVED_PDB = {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "old"},
+                "spec": {"minAvailable": 1}}  # fmt: skip
+_REMOVED_INGRESS = {"apiVersion": "extensions/v1beta1", "kind": "Ingress", "metadata": {"name": "old"}}
+_ENDPOINTS = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "old"}}
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i"}], **spec}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("document", "version", "reported"),
+    [
+        (_REMOVED_PDB, OLDEST, "Couldn't find schema for kind PodDisruptionBudget with api version policy/v1beta1"),
+        (_REMOVED_INGRESS, NEWEST, "Couldn't find schema for kind Ingress with api version extensions/v1beta1"),
+        (_ENDPOINTS, NEWEST, ".: Endpoints is a collection"),  # "Deprecated: This API is deprecated in v1.33+"
+        (_pod(serviceAccount="a"), OLDEST, ".spec.serviceAccount: DeprecatedServiceAccount is a"),
+        (_pod(securityContext={"runAsNonRut": True}), OLDEST, "'runAsNonRut' was unexpected"),
+    ],
+    ids=["removed-api", "removed-api-newest", "deprecated-kind", "deprecated-field", "unknown-field"],
+)
+def test_the_schema_check_reports_what_the_validator_command_lets_pass(
+    document: dict[str, Any], version: str, reported: str
+) -> None:
+    """All but the unknown field pass `kubernetes-validate --strict` (exit 0; a removed API prints a WARN line)."""
+    [problem] = problems(document, version)
+    assert reported in problem
+
+
+@pytest.mark.parametrize("version", schema_versions())
+def test_the_runtimes_replica_sets_are_valid_and_run_under_the_default_seccomp_profile(
+    version: str, tmp_path: Path
+) -> None:
+    """Each template's sandbox and warm-pool ReplicaSet, as the runtime builds them for this install."""
+    config = _object("ConfigMap", "agent-sandbox-config")["data"]
+    account = config["AGENT_SANDBOX_KUBE_SANDBOX_SERVICE_ACCOUNT"]
+    settings = KubeSettings(namespace="ns", service_account=account)
+    prefix, args = settings.image_prefix, settings.executor_args
+    for template in load_templates(_write_templates(tmp_path)).values():
+        spec = SandboxSpec(sandbox_id="abc", template=template, init=ExecutorInit())
+        sandbox = replica_set(spec, image_prefix=prefix, executor_args=args, service_account=account)
+        pool = pool_replica_set(template, 2, image_prefix=prefix, executor_args=args, service_account=account)
+        for body in (sandbox, pool):
+            assert not problems(body, version)
+            pod = body["spec"]["template"]["spec"]
+            assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+            assert pod["automountServiceAccountToken"] is False
+
+
+def test_a_node_drain_keeps_a_gateway_replica_serving() -> None:
+    budget = _object("PodDisruptionBudget", "agent-sandbox-gateway")["spec"]
+    deployment = _object("Deployment", "agent-sandbox-gateway")["spec"]
+    assert budget["selector"] == deployment["selector"]
+    assert budget["minAvailable"] == 1 < deployment["replicas"]  # one can always be evicted: a drain completes
+
+
+def test_the_ingress_names_its_class() -> None:
+    assert _object("Ingress", "agent-sandbox")["spec"]["ingressClassName"] == "nginx"
+
+
+_IMAGE_LINE = re.compile(r'^ *(?:- )?image(?:: | = ")([^"\s]+)')  # a container's `image:`, a template's `image =`
+
+
+def test_every_image_is_pinned_by_digest_or_marked_to_mirror() -> None:
+    """Each line naming an image has a digest or a MIRROR comment (the header says how to pin one), and those
+    lines name every image of the file: the containers' and the templates'."""
+    lines = [line for line in INSTALL.read_text().splitlines() if _IMAGE_LINE.match(line)]
+    unmarked = [line for line in lines if "@sha256:" not in line and "MIRROR" not in line.partition("#")[2]]
+    assert not unmarked
+    pods = [d["spec"]["template"]["spec"] for d in _documents() if d["kind"] == "Deployment"]
+    templates = _object("ConfigMap", "agent-sandbox-templates")["data"].values()
+    named = [c["image"] for pod in pods for c in pod["containers"]] + [tomllib.loads(t)["image"] for t in templates]
+    assert sorted(named) == sorted(match.group(1) for line in lines if (match := _IMAGE_LINE.match(line)))
 
 
 def test_config_keys_and_deployment_args_are_flags_of_serve() -> None:
@@ -133,11 +207,10 @@ def _write_templates(directory: Path) -> Path:
 def _install(kube: Kube) -> Iterator[str]:
     """`kubectl create namespace NS && kubectl apply -n NS -f install.yaml`; the namespace."""
     namespace = f"agent-sandbox-{secrets.token_hex(3)}"
-    text = INSTALL.read_text()
-    assert text.count(SUBJECT_LINE) == 1
+    assert INSTALL.read_text().count(SUBJECT_LINE) == 1
     kube.kubectl("create", "namespace", namespace)
     try:
-        kube.kubectl("apply", "-n", namespace, "-f", "-", input=_in_namespace(text, namespace))
+        kube.kubectl("apply", "-n", namespace, "-f", "-", input=_applicable(kube, namespace))
         yield namespace
     finally:
         kube.kubectl("delete", "namespace", namespace, "--wait=false")
@@ -149,8 +222,21 @@ def installed(kube: Kube) -> Iterator[str]:
         yield namespace
 
 
-def _in_namespace(text: str, namespace: str) -> str:
-    return text.replace(SUBJECT_LINE, SUBJECT_LINE.replace("agent-sandbox ", f"{namespace} ", 1))
+def _applicable(kube: Kube, namespace: str) -> str:
+    """install.yaml for `namespace`, without the objects of API versions this cluster does not serve, each of
+    which must be one of `NEWER_THAN_THE_DEV_CLUSTER`."""
+    with kube.client() as admin:
+        groups = admin.get("/apis").json()["groups"]
+    served = {"v1"} | {version["groupVersion"] for group in groups for version in group["versions"]}
+    text = INSTALL.read_text().replace(SUBJECT_LINE, SUBJECT_LINE.replace("agent-sandbox ", f"{namespace} ", 1))
+    kept = []
+    for chunk in text.split("\n---\n"):
+        api_version = (yaml.safe_load(chunk) or {}).get("apiVersion")
+        if api_version is None or api_version in served:
+            kept.append(chunk)
+        else:
+            assert api_version in NEWER_THAN_THE_DEV_CLUSTER, f"the cluster does not serve {api_version}"
+    return "\n---\n".join(kept)
 
 
 def _token(kube: Kube, namespace: str, account: str) -> str:
@@ -397,13 +483,13 @@ def test_api_key_secret_is_empty_filled_once_and_kept_by_reapply(
     racing = {"metadata": {"resourceVersion": version}, "data": {"api-key": _b64("e2b_" + "0" * 32)}}
     assert gateway.patch(path, json=racing, headers=JSON_PATCH).status_code == 409  # the first replica's key stays
 
-    output = kube.kubectl("apply", "-n", installed, "-f", "-", input=_in_namespace(INSTALL.read_text(), installed))
+    output = kube.kubectl("apply", "-n", installed, "-f", "-", input=_applicable(kube, installed))
     assert "secret/agent-sandbox-api-key unchanged" in output or "secret/agent-sandbox-api-key configured" in output
     assert base64.b64decode(gateway.get(path).json()["data"]["api-key"]).decode() == key
 
 
 def test_reapplying_changes_nothing(kube: Kube, installed: str) -> None:
-    output = kube.kubectl("apply", "-n", installed, "-f", "-", input=_in_namespace(INSTALL.read_text(), installed))
+    output = kube.kubectl("apply", "-n", installed, "-f", "-", input=_applicable(kube, installed))
     lines = output.strip().splitlines()
     assert lines
     assert all(line.endswith(" unchanged") for line in lines if "agent-sandbox-api-key" not in line), output
@@ -550,6 +636,8 @@ def test_the_gateway_runs_on_its_service_account_alone(
             sbx.files.write(f"{workdir}/kept.txt", "survives the snapshot")
             pod_spec = admin.get(f"{sets}/sandbox-{sbx.sandbox_id}").json()["spec"]["template"]["spec"]
             assert pod_spec["automountServiceAccountToken"] is False
+            assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}  # the pool's
             assert pod["spec"]["serviceAccountName"] == "agent-sandbox-sandbox"  # no RoleBinding names it
 
             assert sbx.pause()

@@ -6,6 +6,12 @@ lifecycle), and while the sandbox is snapshotted its archive record (`pool._kube
 into objects: the access token and the caller's env vars reach the executor through its `POST /init`, not the
 pod spec. Resources: limits are the template's; requests are a quarter of its memory and a tenth of a CPU,
 since most sandboxes sit idle.
+
+Syscalls: the container runtime's default seccomp profile (`RuntimeDefault`), where the kubelet's default is
+Unconfined. Nothing in a sandbox needs more: pause is SIGSTOP (no CRIU, no ptrace), the executor starts commands
+with setuid/setgid and makes itself a subreaper with prctl, and the same templates run on the local runtime
+under our own filter (`pool._local._seccomp`), which refuses namespaces, mounts, ptrace, BPF and the keyring.
+The pods stay Pod Security "baseline": "restricted" would also need an executor that is not root.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ def replica_set(
                 "spec": {
                     "containers": [container],
                     "terminationGracePeriodSeconds": _GRACE_SECONDS,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "automountServiceAccountToken": False,  # a sandbox has no business with the API
                     "enableServiceLinks": False,
                     **({"serviceAccountName": service_account} if service_account else {}),

@@ -1,8 +1,8 @@
 """A warm pool as Kubernetes objects: its ReplicaSet, its pods' fields, and the patches that move a pod.
 
 One ReplicaSet `pool-<template>` per template (labels `role: warm`, `template`), selecting its pods by
-`agent-sandbox.dev/pool: <template>`; their pod template is the template's sandbox pod (`_manifest`) without
-a sandbox id. A pod's way through the pool, each step one JSON merge patch:
+`agent-sandbox.dev/pool: <template>`; their pod template is the template's sandbox pod (`_manifest`), its
+security context included, without a sandbox id. A pod's way through the pool, each step one JSON merge patch:
 
     created by the pool's ReplicaSet         role=warm, pool=<template>
     being warmed (leader only)               + annotation warming=<unix time>   (resourceVersion precondition)
