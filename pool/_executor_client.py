@@ -12,13 +12,12 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from executor.envd import ENVD_PORT, InitRequest, ProcessInfo
+from executor.envd import InitRequest, ProcessInfo
 from pool._envd import EnvdClient, SocketTransport, one_socket, shell_command
 from pool._errors import ExecutorError, ExecutorRefused, RuntimeFailure
 from pool._runtime import ExecutorInit
 
 __all__ = [
-    "EXECUTOR_PORT",
     "download_archive",
     "freeze",
     "get",
@@ -30,7 +29,6 @@ __all__ = [
     "upload_archive",
 ]
 
-EXECUTOR_PORT = ENVD_PORT  # the name the runtimes use for it
 _TIMEOUT = 10.0
 _ARCHIVE_TIMEOUT = 120.0
 """An archive is up to the executor's `--max-archive-bytes` (`envd.MAX_ARCHIVE_BYTES`) each way, packed or unpacked."""

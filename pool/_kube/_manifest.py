@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from pool._executor_client import EXECUTOR_PORT
+from executor.envd import ENVD_PORT
 from pool._kube._shapes import ID_LABEL, ROLE_LABEL, SANDBOX_ROLE, TEMPLATE_LABEL, replica_set_name
 from pool._runtime import SandboxSpec
 
@@ -54,7 +54,7 @@ def replica_set(
         "image": template.image or image_prefix + template.name,
         "args": list(executor_args),
         "env": [{"name": name, "value": value} for name, value in template.env.items()],
-        "ports": [{"name": "envd", "containerPort": EXECUTOR_PORT}],
+        "ports": [{"name": "envd", "containerPort": ENVD_PORT}],
         "resources": {
             "requests": {"cpu": "100m", "memory": f"{max(resources.memory_mb // 4, 32)}Mi"},
             "limits": {
@@ -63,7 +63,7 @@ def replica_set(
                 "ephemeral-storage": f"{resources.disk_mb}Mi",
             },
         },
-        "readinessProbe": {"httpGet": {"path": "/health", "port": EXECUTOR_PORT}, "periodSeconds": 5},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": ENVD_PORT}, "periodSeconds": 5},
     }
     metadata = {"name": replica_set_name(spec.sandbox_id), "labels": labels, "annotations": dict(spec.annotations)}
     return {
