@@ -1,0 +1,34 @@
+"""The seccomp filter inside a real sandbox: what it refuses, and with which error, for root and for user."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.runtime_fixtures import local_runtime, spec
+from tests.sandbox_exec import run_in_sandbox
+
+# The raw system call, with the errno it failed with: no library in between that could hide the answer.
+_SYSCALL = (
+    "python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+    "params = ctypes.create_string_buffer(120); "
+    "print(libc.syscall(int(sys.argv[1]), 1, params, 0, 0, 0), ctypes.get_errno())' {number}"
+)
+_ENOSYS = 38
+
+
+@pytest.mark.parametrize("user", ["user", "root"])
+def test_io_uring_is_refused_as_if_the_kernel_had_none(tmp_path: Path, user: str) -> None:
+    async def main() -> list[str]:
+        async with local_runtime(tmp_path) as runtime:
+            await runtime.start(spec("iouring"))
+            answers = []
+            for number in (425, 426, 427):  # io_uring_setup, io_uring_enter, io_uring_register
+                result = await run_in_sandbox(runtime, "iouring", _SYSCALL.format(number=number), user=user)
+                assert result.exit_code == 0, result.stderr
+                answers.append(result.stdout.strip())
+            return answers
+
+    assert asyncio.run(main()) == [f"-1 {_ENOSYS}"] * 3
