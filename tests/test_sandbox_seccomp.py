@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import platform
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ _SYSCALL = (
     "print(libc.syscall(int(sys.argv[1]), 1, params, 0, 0, 0), ctypes.get_errno())' {number}"
 )
 _ENOSYS = 38
+_EPERM = 1
+_USERFAULTFD = {"x86_64": 323, "aarch64": 282}
 
 
 @pytest.mark.parametrize("user", ["user", "root"])
@@ -32,3 +35,15 @@ def test_io_uring_is_refused_as_if_the_kernel_had_none(tmp_path: Path, user: str
             return answers
 
     assert asyncio.run(main()) == [f"-1 {_ENOSYS}"] * 3
+
+
+def test_userfaultfd_is_refused_like_the_other_kernel_surface(tmp_path: Path) -> None:
+    async def main() -> str:
+        async with local_runtime(tmp_path) as runtime:
+            await runtime.start(spec("userfault"))
+            result = await run_in_sandbox(
+                runtime, "userfault", _SYSCALL.format(number=_USERFAULTFD[platform.machine()]), user="root"
+            )
+            return result.stdout.strip()
+
+    assert asyncio.run(main()) == f"-1 {_EPERM}"

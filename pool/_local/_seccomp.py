@@ -1,7 +1,7 @@
 """The seccomp filter every sandbox runs under, as a classic BPF program for `bwrap --seccomp FD`.
 
 Root inside a sandbox holds capabilities in its own user namespace; this filter is what stops it from
-creating namespaces, mounting, tracing, loading BPF or kernel modules, or using the keyring. `clone3` gets
+creating namespaces, mounting, tracing, loading BPF or kernel modules, using the keyring or userfaultfd. `clone3` gets
 ENOSYS (its flags live in memory a filter cannot read), so libc falls back to `clone`, whose namespace
 flags are checked. io_uring gets ENOSYS too, as Docker and containerd refuse it (moby#46762: its operations
 bypass seccomp and it has a record of kernel escapes); programs that use it (libuv, liburing) fall back to
@@ -30,7 +30,7 @@ _CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
 _BLOCKED = (
     "unshare setns mount umount2 pivot_root ptrace process_vm_readv process_vm_writev kexec_load kexec_file_load "
     "bpf perf_event_open open_by_handle_at init_module finit_module delete_module add_key request_key keyctl "
-    "open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr reboot swapon swapoff syslog acct"
+    "open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr reboot swapon swapoff syslog acct userfaultfd"
 ).split()
 
 # (audit arch, syscall numbers) per machine; the new mount API numbers are shared by all architectures.
@@ -43,6 +43,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "bpf": 321, "perf_event_open": 298, "open_by_handle_at": 304, "init_module": 175,
             "finit_module": 313, "delete_module": 176, "add_key": 248, "request_key": 249, "keyctl": 250,
             "reboot": 169, "swapon": 167, "swapoff": 168, "syslog": 103, "acct": 163, "clone": 56,
+            "userfaultfd": 323,
         },
     ),
     "aarch64": (
@@ -53,6 +54,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "bpf": 280, "perf_event_open": 241, "open_by_handle_at": 265, "init_module": 105,
             "finit_module": 273, "delete_module": 106, "add_key": 217, "request_key": 218, "keyctl": 219,
             "reboot": 142, "swapon": 224, "swapoff": 225, "syslog": 116, "acct": 89, "clone": 220,
+            "userfaultfd": 282,
         },
     ),
 }  # fmt: skip
