@@ -3,26 +3,40 @@
 Three sandboxes, each running the counting server and holding a file: one frozen by the idle policy, one
 snapshotted by E2B's pause, and one running (created just before the kill). After the restart each keeps its
 state (the frozen one still reads as running), its files, and its server's in-memory count.
+
+Only the frozen one's template idles (after 1 s): the others never do, however slow the machine and the restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 from pathlib import Path
 
 import pytest
 from e2b import Sandbox
 
+from gateway._settings import DEFAULT_TEMPLATES
 from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
-FLAGS = ("--pause-after", "1", "--snapshot-after", "0")  # idle sandboxes freeze, and are never snapshotted
+DOZES = 'name = "dozes"\nparent = "base"\npause_after = 1\n'  # base, frozen after 1 idle second
 
 
-def _prepare(server: RunningServer, name: str) -> Sandbox:
-    sbx = Sandbox.create(timeout=300, metadata={"name": name})
+@pytest.fixture
+def flags(tmp_path: Path) -> tuple[str, ...]:
+    """Templates `base` (never idle) and `dozes`; idle sandboxes are never snapshotted."""
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    shutil.copy(DEFAULT_TEMPLATES / "base.toml", templates)
+    (templates / "dozes.toml").write_text(DOZES)
+    return ("--templates", str(templates), "--snapshot-after", "0")
+
+
+def _prepare(server: RunningServer, name: str, template: str = "base") -> Sandbox:
+    sbx = Sandbox.create(template, timeout=300, metadata={"name": name})
     start_counter(sbx)
     sbx.files.write("/home/user/name.txt", name)
     assert asyncio.run(http_get(server.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 1"
@@ -34,12 +48,12 @@ def _use(monkeypatch: pytest.MonkeyPatch, server: RunningServer) -> None:
 
 
 def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, flags: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with running_server(data_dir, *FLAGS) as first:
+    with running_server(data_dir, *flags) as first:
         _use(monkeypatch, first)
         criu_or_skip(first)
-        frozen = _prepare(first, "frozen")
+        frozen = _prepare(first, "frozen", "dozes")
         wait_for(lambda: sandboxes_by_state(first)["paused"] == 1, what="the idle freeze")
         snapshotted = _prepare(first, "snapshotted")
         assert snapshotted.pause()
@@ -47,7 +61,7 @@ def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
         assert sandboxes_by_state(first) == {"running": 1, "paused": 1, "snapshotted": 1}
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # killed, not stopped cleanly
 
-        with running_server(data_dir, *FLAGS) as second:
+        with running_server(data_dir, *flags) as second:
             _use(monkeypatch, second)
             assert sandboxes_by_state(second) == {"running": 1, "paused": 1, "snapshotted": 1}
             states = {s.metadata["name"]: s.state for s in Sandbox.list().next_items()}
