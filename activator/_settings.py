@@ -6,6 +6,8 @@ from typing import Annotated
 
 import msgspec
 
+from executor.envd import ENVD_VERSION
+
 __all__ = ["ActivatorSettings"]
 
 _Seconds = Annotated[int, msgspec.Meta(ge=0)]
@@ -30,7 +32,7 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     pause_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
     snapshot_after: Annotated[float, msgspec.Meta(ge=0)] | None = None
     log_lines: Annotated[int, msgspec.Meta(ge=1)] = 500  # lifecycle log lines kept per sandbox
-    envd_version: str = "0.5.7"  # reported to SDKs, which gate features on it
+    envd_version: str = ENVD_VERSION  # reported to SDKs, which gate features on it
     domain: str | None = None  # where sandbox ports are served, `<port>-<id>.<domain>`; reported to SDKs
     client_id: str = "agent-sandbox"  # E2B's deprecated but required `clientID`
     template_aliases: dict[str, str] = {}  # extra template names, e.g. {"code-interpreter-v1": "code-interpreter"}

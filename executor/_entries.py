@@ -3,7 +3,8 @@
 The entry describes the path itself (lstat): its name, size, permissions string (`-rw-r--r--`),
 owner and group names (numbers when unknown), and modification time (RFC 3339, UTC). A symlink
 reports its target's type and permission bits in `type`/`mode`, `isSymlink: true`, and the fully
-resolved target in `symlinkTarget`; a broken link has type FILE_TYPE_UNSPECIFIED.
+resolved target in `symlinkTarget`; a broken link has type FILE_TYPE_UNSPECIFIED. `metadata` is the
+file's `user.e2b.*` xattrs (`_metadata`; a link shows its target's).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import stat
 import time
 
 from executor._errors import os_errors
+from executor._metadata import read_metadata
 from executor.envd import EntryInfo
 
 __all__ = ("FILE_TYPE_DIRECTORY", "entry_from_stat", "entry_info")
@@ -52,6 +54,7 @@ def entry_from_stat(path: str, info: os.stat_result) -> EntryInfo:
         group=_group_name(info.st_gid),
         modified_time=rfc3339(info.st_mtime_ns),
         symlink_target=symlink_target,
+        metadata=read_metadata(path),
         is_symlink=symlink_target is not None,
     )
 

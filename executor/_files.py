@@ -5,7 +5,9 @@ signature. Downloads stream the file, gzip-compressed when the client accepts it
 multipart (`file` parts named by their filename, or by `?path=`) or a raw octet-stream body to
 `?path=`, optionally `Content-Encoding: gzip`; they are written to disk as they arrive, into the
 destination itself (as envd does: a failed upload leaves a partial file), with missing parent
-directories created. Everything created is owned by the user. At most `max_upload_bytes`
+directories created. Everything created is owned by the user. The `X-Metadata-*` headers are every
+uploaded file's metadata (`_metadata`: validated before anything is written, then the file's whole
+set), and the answer lists each file with the metadata it kept. At most `max_upload_bytes`
 (decompressed) are accepted per request: past that the answer is 413 and the rest is not read.
 Errors are E2B's JSON `{"code": <status>, "message": "..."}`.
 """
@@ -23,9 +25,11 @@ from executor._auth import check_file_access
 from executor._defaults import Defaults
 from executor._errors import ExecutorError, InvalidArgument, NotFound, PayloadTooLarge, os_errors
 from executor._exchange import Request, Response
+from executor._metadata import metadata_from_headers, read_metadata, replace_metadata
 from executor._multipart import PART_END, MultipartParser, PartStart, boundary_of
 from executor._paths import ensure_dirs, resolve
 from executor._users import User, lookup
+from executor.envd import EntryInfo
 
 __all__ = ("Files",)
 
@@ -53,6 +57,7 @@ class Files:
     async def upload(self, request: Request, response: Response) -> None:
         try:
             target, user = self._authorize(request, "write")
+            metadata = metadata_from_headers(request.headers)
             declared = request.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self._max_upload_bytes:
                 raise PayloadTooLarge(self._too_large())
@@ -61,10 +66,10 @@ class Files:
             if media_type == "application/octet-stream":
                 if not request.query.get("path"):
                     raise InvalidArgument("the path query parameter is required for a raw body upload")
-                written = [await _save(target, body, user)]
+                written = [await _save(target, body, user, metadata)]
             elif media_type.startswith("multipart/"):
                 boundary = boundary_of(request.headers["content-type"])
-                written = await self._save_parts(body, boundary, request.query.get("path"), user)
+                written = await self._save_parts(body, boundary, request.query.get("path"), user, metadata)
             else:
                 raise InvalidArgument(
                     f"unsupported content type {media_type!r}: use multipart/form-data or application/octet-stream"
@@ -81,36 +86,37 @@ class Files:
         return resolve(query.get("path", ""), user, self._defaults.workdir), user
 
     async def _save_parts(
-        self, body: AsyncIterator[bytes], boundary: bytes, query_path: str | None, user: User
-    ) -> list[dict[str, str]]:
+        self, body: AsyncIterator[bytes], boundary: bytes, query_path: str | None, user: User, metadata: dict[str, str]
+    ) -> list[EntryInfo]:
         parser = MultipartParser(boundary)
-        written: list[dict[str, str]] = []
+        paths: list[str] = []
         fd: int | None = None
         try:
             async for chunk in body:
                 for event in parser.feed(chunk):
                     if isinstance(event, PartStart) and event.name == "file":
-                        path = self._part_path(query_path or event.filename, user, written)
+                        path = self._part_path(query_path or event.filename, user, paths)
                         fd = _open_for_upload(path, user)
-                        written.append(_written(path))
+                        paths.append(path)
                     elif isinstance(event, bytes) and fd is not None:
-                        _write_all(fd, event, written[-1]["path"])
+                        _write_all(fd, event, paths[-1])
                     elif event is PART_END and fd is not None:
+                        replace_metadata(fd, paths[-1], metadata)
                         os.close(fd)
                         fd = None
             parser.close()
         finally:
             if fd is not None:
                 os.close(fd)
-        if not written:
+        if not paths:
             raise InvalidArgument("no 'file' part in the multipart body")
-        return written
+        return [_written(path) for path in paths]
 
-    def _part_path(self, name: str | None, user: User, written: list[dict[str, str]]) -> str:
+    def _part_path(self, name: str | None, user: User, written: list[str]) -> str:
         if not name:
             raise InvalidArgument("a 'file' part has no filename and there is no path query parameter")
         path = resolve(name, user, self._defaults.workdir)
-        if any(entry["path"] == path for entry in written):
+        if path in written:
             raise InvalidArgument(f"you cannot upload multiple files to the same path '{path}' in one request")
         return path
 
@@ -150,11 +156,12 @@ async def _gunzip(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         raise InvalidArgument(f"invalid gzip body: {exc}") from exc
 
 
-async def _save(path: str, body: AsyncIterator[bytes], user: User) -> dict[str, str]:
+async def _save(path: str, body: AsyncIterator[bytes], user: User, metadata: dict[str, str]) -> EntryInfo:
     fd = _open_for_upload(path, user)
     try:
         async for chunk in body:
             _write_all(fd, chunk, path)
+        replace_metadata(fd, path, metadata)
     finally:
         os.close(fd)
     return _written(path)
@@ -190,8 +197,9 @@ def _write_all(fd: int, data: bytes, path: str) -> None:
             view = view[os.write(fd, view) :]
 
 
-def _written(path: str) -> dict[str, str]:
-    return {"name": os.path.basename(path), "type": "file", "path": path}
+def _written(path: str) -> EntryInfo:
+    """The answer's entry for one file: envd's REST form (type "file"), with the metadata read back from disk."""
+    return EntryInfo(os.path.basename(path), "file", path, metadata=read_metadata(path))
 
 
 async def _send_file(file: BinaryIO, path: str, gzip: bool, response: Response) -> None:

@@ -6,7 +6,9 @@ executor's own rights, as in envd, and whatever they create is owned by the call
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 
 from executor._connect import Call, Rpc, Unary
 from executor._defaults import Defaults
@@ -76,11 +78,10 @@ class FilesystemService:
         return ListDirResponse(entries)
 
     def remove(self, request: PathRequest, call: Call) -> Empty:
+        """Like envd's `os.RemoveAll`: a whole tree, a link (not what it points to), and nothing to remove is fine."""
         path, _ = self._path(request.path, call)
-        with os_errors(f"error removing '{path}'"):
+        with os_errors(f"error removing file or directory '{path}'"), contextlib.suppress(FileNotFoundError):
             if os.path.isdir(path) and not os.path.islink(path):
-                import shutil
-
                 shutil.rmtree(path)
             else:
                 os.remove(path)

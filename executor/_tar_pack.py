@@ -2,11 +2,11 @@
 
 Member names are relative to the directory, which is itself the member "."; a directory comes before
 what it holds. Symbolic links are stored as links and never followed, hard links inside the directory
-stay hard links, modes, owners (numbers and names) and mtimes are kept. Left out: sockets and device
-nodes (whoever made them makes them again at run time), and whatever is on another filesystem (a
-mount point is kept as an empty directory, like `tar --one-file-system`, so that a directory of "/"
-does not descend into /proc). A file that changes while it is read is cut or zero-padded to the size
-its header announced, and one that vanishes is left out.
+stay hard links, modes, owners (numbers and names), mtimes and `user.*` xattrs (`_tar_xattrs`) are kept.
+Left out: sockets and device nodes (whoever made them makes them again at run time), and whatever is on
+another filesystem (a mount point is kept as an empty directory, like `tar --one-file-system`, so that a
+directory of "/" does not descend into /proc). A file that changes while it is read is cut or zero-padded
+to the size its header announced, and one that vanishes is left out.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tarfile
 from typing import BinaryIO
 
 from executor._errors import PayloadTooLarge
+from executor._tar_xattrs import add_xattrs
 
 __all__ = ("pack",)
 
@@ -63,11 +64,14 @@ def _add(tar: tarfile.TarFile, path: str, name: str) -> os.stat_result | None:
             info = tar.gettarinfo(path, name)
             if info is None or info.ischr() or info.isblk():  # None: a socket
                 return None
+            if info.isdir():
+                add_xattrs(info, path)
             tar.addfile(info)
             return status
         # Opened before its header is made, without following a link swapped in meanwhile.
         with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
             info = tar.gettarinfo(arcname=name, fileobj=file)
+            add_xattrs(info, file.fileno())
             tar.addfile(info, _Exactly(file, info.size) if info.isreg() else None)
             return status
     except OSError as exc:

@@ -18,7 +18,8 @@ member's path is removed first unless both are directories (so no write lands th
 link or into another hard link's inode), and a member whose parent on disk is a symbolic link the
 archive did not replace (its parent directory is not in the archive) is refused then, after the
 members before it were written.
-Entries on disk that the archive does not name are left alone. A corrupt archive can likewise fail
+Last, the `user.*` xattrs the archive records are set (`_tar_xattrs`). Entries on disk that the archive
+does not name are left alone. A corrupt archive can likewise fail
 half-way: InvalidArgument too.
 """
 
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from executor._errors import InvalidArgument
+from executor._tar_xattrs import restore_xattrs
 
 __all__ = ("unpack",)
 
@@ -55,6 +57,7 @@ def unpack(archive: BinaryIO, root: str) -> None:
                 tar.extractall(destination, cleared, numeric_owner=True, filter="fully_trusted")
             else:
                 tar.extractall(destination, cleared, numeric_owner=True)
+            restore_xattrs(members, destination)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise InvalidArgument(f"invalid archive: {exc}") from exc
 

@@ -30,6 +30,7 @@ __all__ = (
     "COMPRESSED",
     "END_STREAM",
     "ENVD_PORT",
+    "ENVD_VERSION",
     "ENVELOPE_HEADER",
     "MAX_ARCHIVE_BYTES",
     "MAX_MESSAGE_BYTES",
@@ -86,6 +87,11 @@ M = TypeVar("M", bound="Message")
 
 ENVD_PORT = 49983
 """The executor's port in every sandbox and every runtime: fixed by E2B's envd protocol."""
+
+ENVD_VERSION = "0.6.4"
+"""The envd version this executor serves, which the control plane reports as `envdVersion`. The SDKs gate
+features on it (e2b-protocol.md §3.10): 0.5.7 octet-stream uploads, 0.6.2 file metadata, 0.6.3 entry info
+in watch events, 0.6.4 `allow_network_mounts`. Raise it only with what the newer version serves."""
 
 # Connect (e2b-protocol.md §3.3): unary calls are plain JSON, streams are enveloped JSON.
 UNARY_TYPE = "application/json"
@@ -251,6 +257,9 @@ class ListResponse(Message):
 
 
 class EntryInfo(Message):
+    """Stat, ListDir, Move, MakeDir and watch events; also each entry of the `POST /files` answer, which is
+    envd's REST form of it: name, type "file", path and metadata."""
+
     name: str
     type: str  # FILE_TYPE_*
     path: str
@@ -261,6 +270,7 @@ class EntryInfo(Message):
     group: str = ""
     modified_time: str | None = None  # RFC 3339
     symlink_target: str | None = None
+    metadata: dict[str, str] = {}  # `user.e2b.*` xattrs (envd 0.6.2; `_metadata`)
     is_symlink: bool = False
 
 

@@ -29,6 +29,7 @@ from e2b import AsyncSandbox, ConnectionConfig, Sandbox
 from e2b.sandbox.main import SandboxOpts
 from packaging.version import Version
 
+from executor.envd import ENVD_VERSION
 from tests.server_fixtures import RunningServer
 
 __all__ = (
@@ -42,8 +43,6 @@ __all__ = (
 )
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-ENVD_VERSION = "0.5.7"
-"""The envd version the SDK is told: multipart and octet-stream uploads, CloseStdin."""
 READY_TIMEOUT = 20.0
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from executor.envd import ENVD_VERSION
 from tests.test_e2b_api_server import ControlPlane, serve_control_plane
 
 UNKNOWN = "doesnotexist0000000a"
@@ -103,7 +104,7 @@ def test_create_answers_the_exact_sandbox_shape(client: httpx.Client) -> None:
         "templateID", "sandboxID", "clientID", "envdVersion", "envdAccessToken", "alias", "domain",
         "trafficAccessToken",
     }  # fmt: skip
-    assert (body["domain"], body["trafficAccessToken"], body["envdVersion"]) == (None, None, "0.5.7")
+    assert (body["domain"], body["trafficAccessToken"], body["envdVersion"]) == (None, None, ENVD_VERSION)
     assert body["sandboxID"].isalnum()
     assert body["sandboxID"].islower()
     assert len(body["sandboxID"]) == 20

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import socket
 import tarfile
 import urllib.parse
@@ -131,6 +132,12 @@ async def _list_dir(client: EnvdClient, ctx: Context) -> list[EntryInfo]:
     return await client.list_dir(ListDirRequest(path=str(ctx.scratch), depth=1))
 
 
+async def _list_dir_metadata(client: EnvdClient, ctx: Context) -> list[EntryInfo]:
+    (ctx.scratch / "m.txt").write_bytes(b"m")
+    os.setxattr(ctx.scratch / "m.txt", "user.e2b.owner", b"alice")
+    return await client.list_dir(ListDirRequest(path=str(ctx.scratch), depth=1))
+
+
 async def _run(client: EnvdClient, ctx: Context) -> tuple[int, bytes]:
     out: list[bytes] = []
     end = await client.run(
@@ -194,6 +201,14 @@ async def _download(client: EnvdClient, ctx: Context) -> list[str]:
         return tar.getnames()
 
 
+async def _download_xattrs(client: EnvdClient, ctx: Context) -> dict[str, str]:
+    await client.init(InitRequest(default_workdir=str(ctx.scratch)))
+    (ctx.scratch / "tagged.txt").write_text("tagged")
+    os.setxattr(ctx.scratch / "tagged.txt", "user.e2b.owner", b"alice")
+    with tarfile.open(fileobj=io.BytesIO(await client.download_archive(limit=1 << 20)), mode="r:gz") as tar:
+        return dict(tar.getmember("tagged.txt").pax_headers)
+
+
 async def _upload(client: EnvdClient, ctx: Context) -> bool:
     await client.init(InitRequest(default_workdir=str(ctx.scratch)))
     packed = io.BytesIO()
@@ -240,6 +255,10 @@ ROWS = {
         "POST /filesystem.Filesystem/ListDir", _list_dir, lambda ctx: {"path": str(ctx.scratch), "depth": 1},
         ListDirResponse, lambda ctx: [(e.name, e.size, e.type) for e in ctx.result] == [("d.txt", "4", _FILE)],
     ),
+    "list a directory with file metadata": Row(
+        "POST /filesystem.Filesystem/ListDir", _list_dir_metadata, lambda ctx: {"path": str(ctx.scratch), "depth": 1},
+        ListDirResponse, lambda ctx: [(e.name, e.metadata) for e in ctx.result] == [("m.txt", {"owner": "alice"})],
+    ),
     "run to the end": Row(
         "POST /process.Process/Start", _run, lambda ctx: _bash(RUN), ProcessEventResponse,
         lambda ctx: ctx.result[0] == 3 and sorted(ctx.result[1].splitlines()) == [b"err", b"out"], streamed=True,
@@ -267,6 +286,10 @@ ROWS = {
     ),
     "download the archive": Row(
         "GET /agent-sandbox/archive", _download, NO_JSON, None, lambda ctx: "kept.txt" in ctx.result
+    ),
+    "download the archive with xattrs": Row(
+        "GET /agent-sandbox/archive", _download_xattrs, NO_JSON, None,
+        lambda ctx: ctx.result["SCHILY.xattr.user.e2b.owner"] == "alice",
     ),
     "upload an archive": Row("PUT /agent-sandbox/archive", _upload, NO_JSON, None, lambda ctx: ctx.result),
     "freeze": Row("POST /agent-sandbox/freeze", _freeze_thaw, NO_JSON, None),

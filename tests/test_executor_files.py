@@ -149,6 +149,57 @@ def test_octet_stream_upload_needs_a_path(envd: Envd) -> None:
     assert (response.status_code, "path query parameter is required" in response.json()["message"]) == (400, True)
 
 
+def test_metadata_headers_become_the_files_metadata_in_the_answer_stat_and_list(envd: Envd, workdir: str) -> None:
+    sandbox = envd.sandbox()
+    written = sandbox.files.write(f"{workdir}/tagged.txt", "x", metadata={"Owner": "alice", "purpose": "a b"})
+    assert written.metadata == {"owner": "alice", "purpose": "a b"}  # keys lower-cased, as envd does
+    assert sandbox.files.get_info(f"{workdir}/tagged.txt").metadata == written.metadata
+    assert [entry.metadata for entry in sandbox.files.list(workdir)] == [written.metadata]
+
+
+def test_an_upload_replaces_the_whole_metadata_set(envd: Envd, workdir: str) -> None:
+    sandbox = envd.sandbox()
+    sandbox.files.write(f"{workdir}/f", "1", metadata={"a": "1", "b": "2"})
+    assert sandbox.files.write(f"{workdir}/f", "2", metadata={"b": "3"}).metadata == {"b": "3"}
+    sandbox.files.write(f"{workdir}/f", io.BytesIO(b"3"))  # octet-stream, no metadata: the set is emptied
+    assert sandbox.files.get_info(f"{workdir}/f").metadata is None
+
+
+def test_every_file_of_a_multipart_upload_gets_the_metadata(envd: Envd, workdir: str) -> None:
+    written = envd.sandbox().files.write_files(
+        [{"path": f"{workdir}/a", "data": "A"}, {"path": f"{workdir}/b", "data": "B"}], metadata={"batch": "7"}
+    )
+    assert [entry.metadata for entry in written] == [{"batch": "7"}, {"batch": "7"}]
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"X-Metadata-" + "k" * 247: "v"}, "exceeds 246 bytes"),
+        ({f"X-Metadata-k{i}": "v" * 1000 for i in range(5)}, "exceeds 4096 bytes"),
+        ({"X-Metadata-k": "tab\tinside"}, "non-printable-ASCII"),
+    ],
+    ids=["key too long", "set too large", "value not printable"],
+)
+def test_invalid_metadata_is_400_in_e2bs_shape_and_writes_nothing(
+    envd: Envd, workdir: str, headers: dict[str, str], reason: str
+) -> None:
+    raw = {"Content-Type": "application/octet-stream"} | headers
+    with envd.client() as client:
+        response = client.post("/files", params={"path": f"{workdir}/refused"}, content=b"x", headers=raw)
+    assert (response.status_code, response.json()["code"], reason in response.json()["message"]) == (400, 400, True)
+    assert not envd.sandbox().files.exists(f"{workdir}/refused")
+
+
+def test_metadata_set_inside_the_sandbox_is_reported(envd: Envd, workdir: str) -> None:
+    """`user.e2b.*` xattrs are the metadata whoever set them: here a program inside, on the sandbox's own disk."""
+    sandbox = envd.sandbox()
+    sandbox.files.write(f"{workdir}/inside.txt", "x")
+    script = f"import os; os.setxattr('{workdir}/inside.txt', 'user.e2b.origin', b'inside')"
+    assert sandbox.commands.run(f'python3 -c "{script}"').exit_code == 0
+    assert sandbox.files.get_info(f"{workdir}/inside.txt").metadata == {"origin": "inside"}
+
+
 @pytest.fixture(scope="module")
 def small_limit() -> Iterator[Envd]:
     with run_executor("--max-upload-bytes", "1024") as running:

@@ -5,9 +5,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from e2b import FileNotFoundException, FilesystemEventType, FileType, InvalidArgumentException
+from e2b import (
+    EntryInfo,
+    FileNotFoundException,
+    FilesystemEvent,
+    FilesystemEventType,
+    FileType,
+    InvalidArgumentException,
+)
 
 from tests.executor_fixtures import Envd, envd_fixture, workdir_fixture  # noqa: F401 - fixtures
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.anyio
 
 WATCH_DEADLINE = 10.0
 
@@ -105,9 +115,19 @@ def test_remove_deletes_files_and_whole_trees(envd: Envd, workdir: str) -> None:
     assert sandbox.files.list(workdir) == []
 
 
-def test_remove_of_a_missing_path_is_file_not_found(envd: Envd, workdir: str) -> None:
-    with pytest.raises(FileNotFoundException):
-        envd.sandbox().files.remove(f"{workdir}/absent")
+def test_remove_of_a_missing_path_succeeds_as_in_envd(envd: Envd, workdir: str) -> None:
+    """envd removes with Go's os.RemoveAll, for which nothing to remove is no error."""
+    envd.sandbox().files.remove(f"{workdir}/absent")
+    envd.sandbox().files.remove(f"{workdir}/absent/below")
+
+
+def test_remove_of_a_symlink_removes_the_link_not_its_target(envd: Envd, workdir: str) -> None:
+    sandbox = envd.sandbox()
+    sandbox.files.write(f"{workdir}/target/kept.txt", "x")
+    sandbox.commands.run(f"ln -s {workdir}/target {workdir}/link")
+    sandbox.files.remove(f"{workdir}/link")
+    assert [entry.name for entry in sandbox.files.list(workdir)] == ["target"]
+    assert sandbox.files.exists(f"{workdir}/target/kept.txt")
 
 
 def test_dot_dot_is_an_ordinary_path_inside_the_sandbox(envd: Envd, workdir: str) -> None:
@@ -156,12 +176,49 @@ def test_recursive_watcher_sees_new_subdirectories(envd: Envd, workdir: str) -> 
         handle.stop()
 
 
+def test_watch_with_include_entry_carries_each_entrys_info_and_metadata(envd: Envd, workdir: str) -> None:
+    sandbox = envd.sandbox()
+    handle = sandbox.files.watch_dir(workdir, include_entry=True, allow_network_mounts=True)
+    try:
+        sandbox.files.write(f"{workdir}/seen.txt", "x", metadata={"k": "v"})
+        entries: list[EntryInfo] = []
+
+        def tagged() -> bool:  # the metadata is set last: its CHMOD event (IN_ATTRIB) is read after it
+            entries.extend(event.entry for event in handle.get_new_events() if event.entry is not None)
+            return any(entry.metadata == {"k": "v"} for entry in entries)
+
+        wait_for(tagged, what="an event whose entry carries the metadata")
+        assert {(entry.name, entry.path, entry.type) for entry in entries} == {
+            ("seen.txt", f"{workdir}/seen.txt", FileType.FILE)
+        }
+        assert {"k": "v"} in [entry.metadata for entry in entries]
+    finally:
+        handle.stop()
+
+
+def test_watch_without_include_entry_sends_no_entry(envd: Envd, workdir: str) -> None:
+    sandbox = envd.sandbox()
+    handle = sandbox.files.watch_dir(workdir)
+    try:
+        sandbox.files.write(f"{workdir}/bare.txt", "x")
+        events: list[FilesystemEvent] = []
+
+        def written() -> bool:
+            events.extend(handle.get_new_events())
+            return any(event.type == FilesystemEventType.WRITE for event in events)
+
+        wait_for(written, what="the write event")
+        assert [event.entry for event in events] == [None] * len(events)
+    finally:
+        handle.stop()
+
+
 def test_watch_of_a_missing_directory_is_file_not_found(envd: Envd, workdir: str) -> None:
     with pytest.raises(FileNotFoundException):
         envd.sandbox().files.watch_dir(f"{workdir}/missing")
 
 
-def test_streaming_watch_delivers_events_as_they_happen(envd: Envd, workdir: str) -> None:
+async def test_streaming_watch_delivers_events_as_they_happen(envd: Envd, workdir: str) -> None:
     async def scenario() -> set[tuple[str, FilesystemEventType]]:
         sandbox = envd.async_sandbox()
         seen: set[tuple[str, FilesystemEventType]] = set()
@@ -181,5 +238,5 @@ def test_streaming_watch_delivers_events_as_they_happen(envd: Envd, workdir: str
             await handle.stop()  # type: ignore[no-untyped-call]
         return seen
 
-    seen = asyncio.run(scenario())
+    seen = await scenario()
     assert {("streamed.txt", FilesystemEventType.CREATE), ("streamed.txt", FilesystemEventType.REMOVE)} <= seen

@@ -70,6 +70,39 @@ def test_archive_round_trip_under_the_images_python(tmp_path: Path) -> None:
     assert after == before
 
 
+_SET_XATTRS = (
+    'mkdir -p work/dir && echo x > work/file && python3 -c "import os;'
+    " os.setxattr('work/file', 'user.e2b.owner', b'alice'); os.setxattr('work/dir', 'user.raw', bytes([255, 0, 1]))\""
+)
+_XATTRS = (
+    "python3 -c \"import os; print(sorted((p, n, os.getxattr(p, n).hex()) for p in ('work/file', 'work/dir')"
+    ' for n in os.listxattr(p)))"'
+)
+
+
+def test_user_xattrs_are_set_inside_a_sandbox_and_kept_by_the_archive(tmp_path: Path) -> None:
+    """The writable layer (overlayfs over ext4, id-mapped) takes `user.*` xattrs from inside, and an archive
+    packed and unpacked by the image's own Python brings them back byte for byte."""
+
+    async def main() -> tuple[str, str]:
+        async with local_runtime(tmp_path) as runtime:
+            init = ExecutorInit(default_workdir="/home/user")
+            await runtime.start(msgspec.structs.replace(spec("imagexattrs"), init=init))
+            made = await run_in_sandbox(runtime, "imagexattrs", _SET_XATTRS)
+            assert made.exit_code == 0, made.stderr
+            before = (await run_in_sandbox(runtime, "imagexattrs", _XATTRS)).stdout
+            sock = await runtime.open_socket("imagexattrs", ENVD_PORT)
+            archive = await download_archive(sock, None, limit=64 << 20)
+            assert (await run_in_sandbox(runtime, "imagexattrs", "rm -rf work")).exit_code == 0
+            sock = await runtime.open_socket("imagexattrs", ENVD_PORT)
+            await upload_archive(sock, None, archive)
+            return before, (await run_in_sandbox(runtime, "imagexattrs", _XATTRS)).stdout
+
+    before, after = asyncio.run(main())
+    assert before == "[('work/dir', 'user.raw', 'ff0001'), ('work/file', 'user.e2b.owner', '616c696365')]\n"
+    assert after == before
+
+
 def test_executor_needs_no_python_newer_than_the_images() -> None:
     """vermin finds no syntax or standard-library use that 3.11 lacks in the executor.
 
