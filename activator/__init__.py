@@ -22,7 +22,7 @@ from activator._keys import KEY_PATTERN, ApiKeys
 from activator._kube_store import KubeStore
 from activator._logs import LogLine
 from activator._mcp import McpServer, SandboxUrls
-from activator._records import ApiKey, CreateRequest, Lifecycle, SandboxRecord, SandboxState, new_sandbox_id
+from activator._records import ApiKey, CreateRequest, Ingress, Lifecycle, SandboxRecord, SandboxState, new_sandbox_id
 from activator._redis_coordination import RedisCoordinator
 from activator._settings import ActivatorSettings
 from activator._sqlite_store import SqliteStore
@@ -47,6 +47,7 @@ __all__ = [
     "HoldQueueFull",
     "HoldResult",
     "HoldTimeout",
+    "Ingress",
     "InvalidRequest",
     "KubeStore",
     "Lifecycle",

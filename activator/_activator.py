@@ -29,11 +29,19 @@ from activator._logs import LogLine, SandboxLogs
 from activator._machine import SandboxMachine, runtime_call
 from activator._opener import Opener
 from activator._reaper import Reaper
-from activator._records import CreateRequest, SandboxRecord, SandboxState, new_access_token, new_sandbox_id
+from activator._records import (
+    CreateRequest,
+    Egress,
+    Ingress,
+    SandboxRecord,
+    SandboxState,
+    new_access_token,
+    new_sandbox_id,
+)
 from activator._settings import ActivatorSettings
 from activator._store import Store, decode_cursor, encode_cursor
 from activator._telemetry import Telemetry
-from activator._transitions import Intent, Kill, Pause, Resume, SetTimeout, Start, Step
+from activator._transitions import Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
 from pool import ExecutorInit, Runtime, SandboxStats, Template
 
 __all__ = ["Activator", "Page"]
@@ -139,12 +147,16 @@ class Activator:
     async def create(self, owner: str, request: CreateRequest) -> SandboxRecord:
         """Start a sandbox from `request.template` (a name or an alias) for the API key `owner`."""
         template = self.catalog.resolve(request.template)
+        self._refuse_unenforced(request.egress)
         record = self._new_record(owner, request, template)
         claimed = None
         if self._warm is not None:  # a ready sandbox gets the caller's init and keeps running: `Start` is a no-op
             claimed = await self._warm.claim(template.name, self._machine.spec_for(record).init)
             record = record if claimed is None else msgspec.structs.replace(record, id=claimed)
         try:
+            if claimed is not None:  # it was started before its rules were known
+                rules = record.egress.rules
+                await runtime_call(f"set the egress of sandbox {claimed}", self._runtime.set_egress(claimed, rules))
             return (await self._machine.apply(record.id, Start(record))).record
         except BaseException:
             if claimed is not None:  # `Start` failed after the claim: the sandbox is nobody's, don't leak it
@@ -184,6 +196,13 @@ class Activator:
         by the user (an idle pause is invisible: the sandbox was running as far as the client knew)."""
         step = await self._owned(owner, sandbox_id, Resume(self._ttl(seconds)))
         return step.record, step.before is not None and step.before.user_paused
+
+    async def update_network(
+        self, owner: str, sandbox_id: str, egress: Egress, *, allow_internet_access: bool | None
+    ) -> None:
+        """E2B's update_network: replace the sandbox's egress rules (checked by `_network` already)."""
+        self._refuse_unenforced(egress)
+        await self._owned(owner, sandbox_id, SetNetwork(egress, allow_internet_access))
 
     async def resume(self, owner: str, sandbox_id: str, seconds: float) -> SandboxRecord:
         """Resume a paused sandbox with a TTL of at least `seconds`; SandboxConflict if it runs (E2B's v1 resume)."""
@@ -255,6 +274,12 @@ class Activator:
         """
         return await self._opener.open_upstream(sandbox_id, port)
 
+    async def ingress(self, sandbox_id: str) -> Ingress | None:
+        """What the gateway enforces on the sandbox's ports but envd's (traffic token, Host mask); None when it is
+        unknown or killed. From the route cache: no store read per request (`SandboxMachine.load`)."""
+        record = await self._machine.load(sandbox_id)
+        return None if record is None else record.ingress
+
     async def ensure_running(self, sandbox_id: str) -> None:
         """Return once the sandbox runs, waking it (single flight, held and bounded) when traffic may wake it."""
         await self._opener.ensure_running(sandbox_id)
@@ -304,6 +329,11 @@ class Activator:
             lifecycle=request.lifecycle,
             secure=request.secure,
             allow_internet_access=request.allow_internet_access,
+            egress=request.egress,
+            ingress=Ingress(
+                traffic_access_token=None if request.public_traffic else new_access_token(),
+                mask_request_host=request.mask_request_host,
+            ),
             cpu_count=template.resources.cpu_count,
             memory_mb=template.resources.memory_mb,
             disk_mb=template.resources.disk_mb,
@@ -326,6 +356,12 @@ class Activator:
         if step.action in ("thaw", "restore"):
             self._activity.touch(sandbox_id)  # woken by the API: the idle clock starts again
         return step
+
+    def _refuse_unenforced(self, egress: Egress) -> None:
+        """Rules the runtime cannot enforce are refused (400), never accepted and ignored."""
+        refusal = self._runtime.capabilities().egress_refusal
+        if refusal and egress != Egress():
+            raise InvalidRequest(refusal)
 
     def _ttl(self, seconds: float) -> float:
         if not 0 <= seconds <= self.settings.max_timeout:

@@ -256,6 +256,9 @@ class SandboxMachine:
                 await runtime_call(f"freeze sandbox {record.id}", self._runtime.freeze(record.id))
             case "thaw":
                 await runtime_call(f"thaw sandbox {record.id}", self._runtime.thaw(record.id))
+            case "set_egress":
+                rules = record.egress.rules
+                await runtime_call(f"set the egress of sandbox {record.id}", self._runtime.set_egress(record.id, rules))
         return step
 
     def spec_for(self, record: SandboxRecord) -> SandboxSpec:
@@ -268,7 +271,10 @@ class SandboxMachine:
             default_user=template.user,
             default_workdir=template.workdir,
         )
-        return SandboxSpec(sandbox_id=record.id, template=template, init=init, annotations=_annotations(record))
+        return SandboxSpec(
+            sandbox_id=record.id, template=template, init=init, egress=record.egress.rules,
+            annotations=_annotations(record),
+        )  # fmt: skip
 
     def _remember(self, step: Step) -> None:
         record = step.record
@@ -304,7 +310,7 @@ class SandboxMachine:
 
 def _annotations(record: SandboxRecord) -> dict[str, str]:
     """What a runtime may show of the sandbox on its own objects (the ReplicaSet on Kubernetes): who owns it (the
-    API key's id, never a key), its metadata and lifecycle; never its env vars or token."""
+    API key's id, never a key), its metadata and lifecycle; never its env vars or tokens."""
     return {
         kube_shapes.OWNER_ANNOTATION: record.owner,
         kube_shapes.ALIAS_ANNOTATION: record.alias,

@@ -13,9 +13,13 @@ from typing import Literal
 
 import msgspec
 
+from pool import ALL_TRAFFIC, EgressRules
+
 __all__ = [
     "ApiKey",
     "CreateRequest",
+    "Egress",
+    "Ingress",
     "Lifecycle",
     "PauseReason",
     "SandboxRecord",
@@ -48,6 +52,26 @@ class Lifecycle(msgspec.Struct, frozen=True, kw_only=True):
     auto_resume: bool = False
 
 
+class Egress(msgspec.Struct, frozen=True, kw_only=True):
+    """What the sandbox may reach, in E2B's terms: the `allowOut` / `denyOut` in force (checked by `_network`,
+    with `allow_internet_access=false` folded in), as `get_info` reports them."""
+
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
+
+    @property
+    def rules(self) -> EgressRules:
+        """The runtime's form, where E2B's ALL_TRAFFIC (`0.0.0.0/0`) stands for every address of both families."""
+        return EgressRules(allow_out=_both_families(self.allow_out), deny_out=_both_families(self.deny_out))
+
+
+class Ingress(msgspec.Struct, frozen=True, kw_only=True):
+    """What the gateway enforces on requests to the sandbox's ports other than envd's."""
+
+    traffic_access_token: str | None = None  # the `e2b-traffic-access-token` they need; None: public (E2B's default)
+    mask_request_host: str | None = None  # the Host they arrive with, `${PORT}` replaced; None: the client's
+
+
 class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The stored form of one sandbox; transitions replace it whole (`msgspec.structs.replace`)."""
 
@@ -78,6 +102,8 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     client_id: str = ""
     envd_version: str = "0.5.7"
     domain: str | None = None  # the sandbox hostnames' domain, `<port>-<id>.<domain>`, told to the SDKs
+    egress: Egress = Egress()
+    ingress: Ingress = Ingress()  # holds a secret (the traffic token): never in logs or on runtime objects
 
     @property
     def user_paused(self) -> bool:
@@ -115,6 +141,9 @@ class CreateRequest(msgspec.Struct, frozen=True, kw_only=True):
     secure: bool = True
     lifecycle: Lifecycle = Lifecycle()
     allow_internet_access: bool | None = None
+    egress: Egress = Egress()
+    public_traffic: bool = True  # False: the sandbox gets a traffic access token (`Ingress`)
+    mask_request_host: str | None = None
 
 
 def new_sandbox_id() -> str:
@@ -123,5 +152,11 @@ def new_sandbox_id() -> str:
 
 
 def new_access_token() -> str:
-    """A random envd access token."""
+    """A random envd access token (or traffic access token)."""
     return secrets.token_hex(32)
+
+
+def _both_families(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """E2B's ALL_TRAFFIC names IPv4 only (its sandboxes have no IPv6); ours stands for `pool.ALL_TRAFFIC`."""
+    expanded = (part for entry in entries for part in (ALL_TRAFFIC if entry == ALL_TRAFFIC[0] else (entry,)))
+    return tuple(dict.fromkeys(expanded))

@@ -18,6 +18,7 @@ reason: `idle` (the idle policy: transparent, the E2B API still says running, it
     Wake          (no change)              thaw                    restore                 auto-resume: thaw /
                                                                                            restore; else NotFound
     SetTimeout    end_at                   end_at                  end_at                  remaining
+    SetNetwork    egress, set_egress       egress, set_egress      egress                  egress
     Expire        kill, or Pause(timeout)  kill, or Pause(timeout) kill, or Pause(timeout) (no change)
     Reassert      per the runtime's facts after a restart, see `_reassert`
 
@@ -34,7 +35,7 @@ import msgspec
 from msgspec.structs import replace
 
 from activator._errors import SandboxConflict, SandboxNotFound
-from activator._records import SandboxRecord, SandboxState
+from activator._records import Egress, SandboxRecord, SandboxState
 
 __all__ = [
     "Action",
@@ -46,6 +47,7 @@ __all__ = [
     "Pause",
     "Reassert",
     "Resume",
+    "SetNetwork",
     "SetTimeout",
     "Start",
     "Step",
@@ -53,7 +55,7 @@ __all__ = [
     "plan",
 ]
 
-Action = Literal["start", "stop", "freeze", "thaw", "snapshot", "restore"]
+Action = Literal["start", "stop", "freeze", "thaw", "snapshot", "restore", "set_egress"]
 _RUNNING, _PAUSED, _SNAPSHOTTED, _KILLED = (
     SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.SNAPSHOTTED, SandboxState.KILLED,
 )  # fmt: skip
@@ -115,6 +117,15 @@ class SetTimeout(msgspec.Struct, frozen=True, tag=True):
     reason = "set-timeout"
 
 
+class SetNetwork(msgspec.Struct, frozen=True, tag=True):
+    """E2B's update_network: replace the egress rules; a sandbox with processes gets them at once, a snapshotted
+    one when it is restored (from its record)."""
+
+    egress: Egress
+    allow_internet_access: bool | None
+    reason = "update-network"
+
+
 class Expire(msgspec.Struct, frozen=True, tag=True):
     """The reaper saw the deadline pass: kill, or pause per `lifecycle.on_timeout`, if it still has passed."""
 
@@ -129,7 +140,7 @@ class Reassert(msgspec.Struct, frozen=True, tag=True):
     reason = "recover"
 
 
-Intent = Start | Kill | Pause | IdleFreeze | IdleSnapshot | Resume | Wake | SetTimeout | Expire | Reassert
+Intent = Start | Kill | Pause | IdleFreeze | IdleSnapshot | Resume | Wake | SetTimeout | SetNetwork | Expire | Reassert
 
 
 class Step(NamedTuple):
@@ -168,6 +179,10 @@ def _plan_live(record: SandboxRecord, intent: Intent, now: float) -> Step:
             return _wake(record, now)
         case SetTimeout(timeout=timeout, extend_only=extend_only):
             return Step(_with_ttl(record, timeout, extend_only, now), None, None)
+        case SetNetwork(egress=egress, allow_internet_access=allow_internet_access):
+            changed = replace(record, egress=egress, allow_internet_access=allow_internet_access)
+            action: Action | None = "set_egress" if record.state is not _SNAPSHOTTED else None
+            return Step(changed, action, "network rules replaced")
         case Expire():
             return _expire(record, now)
         case Reassert(alive=alive, snapshotted=snapshotted):

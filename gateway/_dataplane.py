@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from executor.envd import ENVD_PORT
 from gateway._errors_response import ASGIApp, Receive, Scope, Send, error_reply, send_error
 from gateway._http_proxy import UpstreamConnection, proxy_http
 from gateway._routing import Router, RoutingError, host_header
+from gateway._traffic import TrafficRefused, admit
 from gateway._upstream import UpstreamOpener, UpstreamPool
 from gateway._ws_proxy import proxy_websocket, reject_websocket
 
@@ -14,8 +16,9 @@ __all__ = ["DataPlane"]
 class DataPlane:
     """Routes HTTP and WebSocket requests for ``<port>-<id>.<domain>`` (or the E2B routing headers) to the sandbox.
 
-    Everything else, and every other scope type (lifespan), reaches ``app`` untouched. The instance holds only
-    configuration and the shared connection pool; per-request state lives in the proxies' locals.
+    Everything else, and every other scope type (lifespan), reaches ``app`` untouched. Requests to ports but
+    envd's first pass the sandbox's ingress rules (``_traffic``). The instance holds only configuration and the
+    shared connection pool; per-request state lives in the proxies' locals.
     ``pool.drop(sandbox_id)`` is for the lifecycle layer to call when it pauses or stops a sandbox.
     """
 
@@ -38,17 +41,20 @@ class DataPlane:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
+        route = None
         try:
             route = self._router.parse(host_header(headers), headers)
-        except RoutingError as exc:
-            reply = error_reply(exc, None)
+            if route is None:
+                await self.app(scope, receive, send)
+                return
+            ingress = await self._opener.ingress(route.sandbox_id) if route.port != ENVD_PORT else None
+            host = admit(ingress, route, headers)
+        except (RoutingError, TrafficRefused) as exc:
+            reply = error_reply(exc, route.sandbox_id if route else None)
             await (send_error(send, reply) if kind == "http" else reject_websocket(scope, send, reply))
-            return
-        if route is None:
-            await self.app(scope, receive, send)
             return
         self._opener.touch(route.sandbox_id)
         if kind == "http":
-            await proxy_http(scope, receive, send, route, self._opener, self.pool)
+            await proxy_http(scope, receive, send, route, self._opener, self.pool, host=host)
         else:
-            await proxy_websocket(scope, receive, send, route, self._opener)
+            await proxy_websocket(scope, receive, send, route, self._opener, host=host)

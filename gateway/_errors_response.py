@@ -3,6 +3,7 @@
 Bodies follow E2B's edge proxy (e2b-protocol §1.5); the SDK classifies the 502s by their message text:
 
     RoutingError (gateway._routing)            400  the sandbox host or routing headers are malformed
+    TrafficRefused (gateway._traffic)          403  private ports: the traffic access token is missing or wrong
     SandboxNotFound                            502  "The sandbox was not found"
     PortNotOpen, ConnectionRefusedError        502  "The sandbox is running but port is not open"
     UpstreamError, any other OSError           502  the sandbox's server is unreachable or broke the exchange
@@ -20,6 +21,7 @@ import msgspec
 
 from activator import ActivatorError, HoldQueueFull, PortNotOpen, SandboxNotFound
 from gateway._routing import RoutingError
+from gateway._traffic import TrafficRefused
 from gateway._upstream import UpstreamError
 
 __all__ = ["ASGIApp", "ErrorReply", "Message", "Receive", "Scope", "Send", "error_reply", "send_error"]
@@ -57,6 +59,8 @@ def error_reply(exc: BaseException, sandbox_id: str | None) -> ErrorReply:
     """The response for one of ``REPLIED_ERRORS`` raised while serving a request for ``sandbox_id``."""
     if isinstance(exc, SandboxNotFound):
         return _reply(502, _ErrorBody(sandbox_id=sandbox_id, message=_NOT_FOUND, code=502))
+    if isinstance(exc, TrafficRefused):
+        return _reply(403, _ErrorBody(sandbox_id=sandbox_id, message=exc.message, code=403))
     if isinstance(exc, PortNotOpen | ConnectionRefusedError):
         return _reply(502, _ErrorBody(sandbox_id=sandbox_id, message=_PORT_CLOSED, code=502))
     if isinstance(exc, ActivatorError | RoutingError):

@@ -220,14 +220,15 @@ def _frame(body: bytes, *, more_body: bool, chunked: bool) -> list[bytes]:
     return parts
 
 
-def _request_head(scope: Scope) -> tuple[bytes, bool]:
-    """The request line and headers for the sandbox, and whether the body goes chunked."""
+def _request_head(scope: Scope, host: bytes | None) -> tuple[bytes, bool]:
+    """The request line and headers for the sandbox (Host replaced by ``host`` if given), and whether the body
+    goes chunked."""
     target = scope.get("raw_path") or scope["path"].encode()
     if scope["query_string"]:
         target += b"?" + scope["query_string"]
     parts = [scope["method"].encode(), b" ", target, b" HTTP/1.1\r\n"]
     chunked = False
-    for name, value in forwarded_headers(scope, REQUEST_DROP):
+    for name, value in forwarded_headers(scope, REQUEST_DROP, host=host):
         chunked |= name == b"transfer-encoding"
         parts += (name, b": ", value, b"\r\n")
     parts.append(b"\r\n")
@@ -241,9 +242,12 @@ async def proxy_http(
     route: Route,
     opener: UpstreamOpener,
     pool: UpstreamPool[UpstreamConnection],
+    *,
+    host: bytes | None = None,
 ) -> None:
-    """Forwards one request to ``route`` and streams the response back; failures become E2B-shaped errors."""
-    head, chunked = _request_head(scope)
+    """Forwards one request to ``route`` (with ``host`` as its Host, if given) and streams the response back;
+    failures become E2B-shaped errors."""
+    head, chunked = _request_head(scope, host)
     first = await receive()
     if first["type"] != "http.request":
         return

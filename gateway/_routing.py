@@ -21,11 +21,12 @@ import msgspec
 __all__ = ["REQUEST_DROP", "Route", "Router", "RoutingError", "forwarded_headers", "host_header", "parse_route"]
 
 
-# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus ones the gateway rewrites.
+# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus ones the gateway rewrites, plus the
+# traffic access token (`_traffic`), which is the gateway's to check and no business of the sandbox.
 # Transfer-Encoding stays: the body is forwarded with the same codings, re-chunked.
 REQUEST_DROP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade", b"expect"}
-    | {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
+    | {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"e2b-traffic-access-token"}
 )
 _SCHEMES = {"http": b"http", "https": b"https", "ws": b"http", "wss": b"https"}
 
@@ -143,10 +144,13 @@ def _is_ip_literal(name: str) -> bool:
     return True
 
 
-def forwarded_headers(scope: Mapping[str, Any], drop: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
-    """The client's headers minus ``drop`` and those its Connection header names, plus X-Forwarded-*."""
+def forwarded_headers(
+    scope: Mapping[str, Any], drop: frozenset[bytes], *, host: bytes | None = None
+) -> list[tuple[bytes, bytes]]:
+    """The client's headers minus ``drop`` and those its Connection header names, plus X-Forwarded-*; ``host``
+    replaces the client's Host (``maskRequestHost``), which X-Forwarded-Host still names."""
     kept = []
-    forwarded_for = host = b""
+    forwarded_for = original = b""
     listed = None
     for name, value in scope["headers"]:
         if name in drop:
@@ -156,7 +160,8 @@ def forwarded_headers(scope: Mapping[str, Any], drop: frozenset[bytes]) -> list[
                 listed = value
             continue
         if name == b"host":
-            host = value
+            original = value
+            value = host or value
         kept.append((name, value))
     if listed is not None:
         extra = {token.strip().lower() for token in listed.split(b",")}
@@ -165,8 +170,8 @@ def forwarded_headers(scope: Mapping[str, Any], drop: frozenset[bytes]) -> list[
     if client:
         kept.append((b"x-forwarded-for", _forwarded_for(forwarded_for, client[0].encode())))
     kept.append((b"x-forwarded-proto", _SCHEMES.get(scope.get("scheme", "http"), b"http")))
-    if host:
-        kept.append((b"x-forwarded-host", host))
+    if original:
+        kept.append((b"x-forwarded-host", original))
     return kept
 
 

@@ -12,6 +12,7 @@ import socket
 from collections import deque
 from typing import Generic, Protocol, TypeVar
 
+from activator import Ingress
 from gateway._routing import Route
 
 __all__ = ["PooledConnection", "UpstreamError", "UpstreamOpener", "UpstreamPool"]
@@ -26,6 +27,10 @@ class UpstreamOpener(Protocol):
 
     def touch(self, sandbox_id: str) -> None:
         """Records activity for the idle policy; called per request and per WebSocket frame, so it is cheap."""
+        ...
+
+    async def ingress(self, sandbox_id: str) -> Ingress | None:
+        """The sandbox's traffic token and Host mask, or None when it is unknown; per request, so it is cheap."""
         ...
 
 

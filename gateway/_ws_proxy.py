@@ -44,12 +44,15 @@ _MAX_MESSAGE = 16 * 1024 * 1024  # uvicorn's default --ws-max-size, so both dire
 _NO_STATUS, _ABNORMAL, _TLS_FAILED = 1005, 1006, 1015
 
 
-async def proxy_websocket(scope: Scope, receive: Receive, send: Send, route: Route, opener: UpstreamOpener) -> None:
-    """Connects to ``route`` as a WebSocket client, accepts the client likewise, and relays until either closes."""
+async def proxy_websocket(
+    scope: Scope, receive: Receive, send: Send, route: Route, opener: UpstreamOpener, *, host: bytes | None = None
+) -> None:
+    """Connects to ``route`` as a WebSocket client (with ``host`` as its Host, if given), accepts the client
+    likewise, and relays until either closes."""
     if (await receive())["type"] != "websocket.connect":
         return
     try:
-        upstream = await _connect(scope, route, opener)
+        upstream = await _connect(scope, route, opener, host)
     except InvalidStatus as exc:
         await reject_websocket(scope, send, _refusal(exc.response))
         return
@@ -90,8 +93,8 @@ async def reject_websocket(scope: Scope, send: Send, reply: ErrorReply) -> None:
         await send({"type": "websocket.close", "code": 1008, "reason": ""})
 
 
-async def _connect(scope: Scope, route: Route, opener: UpstreamOpener) -> ClientConnection:
-    host = host_header(scope["headers"]) or b"localhost"
+async def _connect(scope: Scope, route: Route, opener: UpstreamOpener, host: bytes | None) -> ClientConnection:
+    host = host or host_header(scope["headers"]) or b"localhost"
     target = scope.get("raw_path") or scope["path"].encode()
     query = b"?" + scope["query_string"] if scope["query_string"] else b""
     protocol = ClientProtocol(

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 import msgspec
 
 if TYPE_CHECKING:
+    from activator import Ingress
     from gateway._upstream import UpstreamOpener
 
 DOMAIN = "sandbox.localhost"
@@ -62,6 +63,9 @@ class TcpOpener:
 
     def touch(self, sandbox_id: str) -> None:
         pass
+
+    async def ingress(self, sandbox_id: str) -> Ingress | None:
+        return None  # a public sandbox: nothing to check
 
 
 class _OkProtocol(asyncio.Protocol):

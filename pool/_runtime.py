@@ -92,6 +92,9 @@ class RuntimeCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_kind: SnapshotKind  # what a snapshot keeps here
     criu_version: str = ""  # the CRIU that passed the start-up trial; "" when none did
     criu_reason: str = ""  # why snapshots keep files only ("" when CRIU works)
+    # Why `SandboxSpec.egress` / `set_egress` other than `EgressRules()` are refused here ("" when enforced): the
+    # activator answers such a create or update with this, instead of accepting rules nothing enforces.
+    egress_refusal: str = ""
 
 
 class Runtime(Protocol):
@@ -123,6 +126,16 @@ class Runtime(Protocol):
 
     async def open_socket(self, sandbox_id: str, port: int) -> socket.socket:
         """A connected, non-blocking TCP socket to `127.0.0.1:port` inside the sandbox."""
+
+    async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
+        """Replace what the running (or frozen) sandbox may reach with `rules` (E2B's `update_network`).
+
+        Also called right after a warm claim, whose sandbox was started before its rules were known.
+        `start` and `restore` take the rules from `spec.egress`.
+        """
+
+    def capabilities(self) -> RuntimeCapabilities:
+        """What this runtime can do here (snapshots, egress rules)."""
 
     def is_running(self, sandbox_id: str) -> bool:
         """Whether the sandbox's processes exist (frozen or not)."""

@@ -15,8 +15,10 @@ import pytest
 
 from activator import Activator, ActivatorSettings, CreateRequest, SqliteStore, Store
 from pool import (
+    EgressRules,
     PortClosed,
     Resources,
+    RuntimeCapabilities,
     RuntimeFailure,
     SandboxGone,
     SandboxSpec,
@@ -41,6 +43,8 @@ class FakeRuntime:
         self.listening: set[int] = set()  # ports open_socket connects to
         self.kind: SnapshotKind = "criu"  # what `snapshot` keeps
         self.keeps_processes = True  # what `snapshot_keeps_processes` answers
+        self.egress: dict[str, EgressRules] = {}  # what `set_egress` was told last
+        self.egress_refusal = ""  # what `capabilities` says of egress rules
 
     async def start(self, spec: SandboxSpec) -> None:
         self._call("start", spec.sandbox_id)
@@ -100,6 +104,13 @@ class FakeRuntime:
         if port not in self.listening or sandbox_id in self.frozen:
             raise PortClosed(f"nothing listens on {port}")
         return socket.socket()
+
+    async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
+        self._call("set_egress", sandbox_id)
+        self.egress[sandbox_id] = rules
+
+    def capabilities(self) -> RuntimeCapabilities:
+        return RuntimeCapabilities(snapshot_kind=self.kind, egress_refusal=self.egress_refusal)
 
     def is_running(self, sandbox_id: str) -> bool:
         return sandbox_id in self.running

@@ -36,7 +36,6 @@ def test_unserved_features_of_a_running_sandbox_are_refused_by_name(e2b_env: Run
         for call, feature in (
             (sbx.create_snapshot, "snapshots"),
             (sbx.fork, "fork"),
-            (lambda: sbx.update_network({"deny_out": ["0.0.0.0/0"]}), "update_network"),
         ):
             with pytest.raises(SandboxException, match=f"501: .*{feature}.* not supported") as raised:
                 call()

@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 import uvloop
 
+from activator import Ingress
 from activator._errors import HoldQueueFull, HoldTimeout, PortNotOpen, SandboxNotFound
 from gateway._dataplane import DataPlane
 from gateway._errors_response import ASGIApp, Message, Receive, Scope, Send
@@ -34,6 +35,7 @@ class LoopbackOpener:
         self.port, self.error = port, error
         self.opened: list[tuple[str, int]] = []
         self.touched: list[str] = []
+        self.ingresses: dict[str, Ingress] = {}  # what `ingress` answers per sandbox (None when absent)
 
     async def open_upstream(self, sandbox_id: str, port: int) -> socket.socket:
         self.opened.append((sandbox_id, port))
@@ -50,6 +52,9 @@ class LoopbackOpener:
 
     def touch(self, sandbox_id: str) -> None:
         self.touched.append(sandbox_id)
+
+    async def ingress(self, sandbox_id: str) -> Ingress | None:
+        return self.ingresses.get(sandbox_id)
 
 
 def run(scenario: Coroutine[Any, Any, None]) -> None:

@@ -10,6 +10,7 @@ from activator._e2b._auth import EXCLUDE_FROM_AUTH, ApiKeyAuth
 from activator._e2b._error_handler import e2b_error_response
 from activator._e2b._info_routes import INFO_ROUTES
 from activator._e2b._lifecycle_routes import LIFECYCLE_ROUTES
+from activator._e2b._network_routes import NETWORK_ROUTES
 from activator._e2b._state import ACTIVATOR, API_KEYS, activator_from, owner_from
 from activator._e2b._unsupported_routes import UNSUPPORTED_ROUTES
 
@@ -26,7 +27,7 @@ def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
     """
     return Router(
         path="/",
-        route_handlers=[*LIFECYCLE_ROUTES, *INFO_ROUTES, *UNSUPPORTED_ROUTES],
+        route_handlers=[*LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *UNSUPPORTED_ROUTES],
         dependencies={
             "activator": Provide(activator_from, sync_to_thread=False),
             "owner": Provide(owner_from, sync_to_thread=False),

@@ -9,8 +9,10 @@ from typing import Literal
 import msgspec
 
 from activator._e2b import _wire
+from activator._errors import InvalidRequest
 from activator._logs import LogLine
-from activator._records import CreateRequest, Lifecycle, SandboxRecord, SandboxState
+from activator._network import check_private_ingress, egress_in_force, mask_host
+from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState
 from activator._settings import ActivatorSettings
 from pool import SandboxStats, Template
 
@@ -21,6 +23,7 @@ __all__ = [
     "log_entry",
     "log_line",
     "metric",
+    "network_update",
     "sandbox",
     "sandbox_detail",
     "sandbox_listed",
@@ -45,15 +48,44 @@ def create_request(body: _wire.NewSandbox, *, default_timeout: int, default_secu
     if body.lifecycle:
         on_timeout = body.lifecycle.on_timeout or on_timeout
         auto_resume = auto_resume if body.lifecycle.auto_resume is None else body.lifecycle.auto_resume
+    network = body.network or _wire.NetworkIn()
+    _refuse_unserved(network, iam=body.iam)
+    secure = default_secure if body.secure is None else body.secure
+    public = network.allow_public_traffic is not False
+    check_private_ingress(public=public, secure=secure)
     return CreateRequest(
         template=body.template_id,
         timeout=default_timeout if body.timeout is None else body.timeout,
         metadata=body.metadata or {},
         env_vars=body.env_vars or {},
-        secure=default_secure if body.secure is None else body.secure,
+        secure=secure,
         lifecycle=Lifecycle(on_timeout=on_timeout, auto_resume=auto_resume),
         allow_internet_access=body.allow_internet_access,
+        egress=egress_in_force(network.allow_out, network.deny_out, allow_internet_access=body.allow_internet_access),
+        public_traffic=public,
+        mask_request_host=None if network.mask_request_host is None else mask_host(network.mask_request_host),
     )
+
+
+def network_update(body: _wire.NetworkUpdate) -> Egress:
+    """The egress rules an `update_network` puts in force (everything it omits is cleared, as on E2B)."""
+    _refuse_unserved(body)
+    return egress_in_force(body.allow_out, body.deny_out, allow_internet_access=body.allow_internet_access)
+
+
+def _refuse_unserved(network: _wire.NetworkIn | _wire.NetworkUpdate, *, iam: object = None) -> None:
+    """Options nothing here carries out: per-host header rules and a SOCKS5 hop need an egress proxy that
+    rewrites and tunnels, DNS servers and HTTPS ports a data path that knows them."""
+    unserved = {
+        "network.rules": network.rules,
+        "network.egressProxy": network.egress_proxy,
+        "network.dnsServers": network.dns_servers,
+        "network.httpsPorts": network.https_ports if isinstance(network, _wire.NetworkIn) else None,
+        "iam": iam,
+    }
+    for name, value in unserved.items():
+        if value is not None:
+            raise InvalidRequest(f"{name} is not supported by this server")
 
 
 def sandbox(record: SandboxRecord) -> _wire.Sandbox:
@@ -63,7 +95,7 @@ def sandbox(record: SandboxRecord) -> _wire.Sandbox:
         sandbox_id=record.id,
         client_id=record.client_id,
         envd_version=record.envd_version,
-        traffic_access_token=None,
+        traffic_access_token=record.ingress.traffic_access_token,
         domain=record.domain,
         alias=record.alias,
         envd_access_token=record.access_token,
@@ -95,6 +127,12 @@ def sandbox_detail(record: SandboxRecord) -> _wire.SandboxDetail:
         domain=record.domain,
         allow_internet_access=record.allow_internet_access,
         lifecycle=_wire.LifecycleOut(auto_resume=record.lifecycle.auto_resume, on_timeout=record.lifecycle.on_timeout),
+        network=_wire.NetworkOut(
+            allow_public_traffic=record.ingress.traffic_access_token is None,
+            allow_out=list(record.egress.allow_out) or None,
+            deny_out=list(record.egress.deny_out) or None,
+            mask_request_host=record.ingress.mask_request_host,
+        ),
         envd_access_token=record.access_token,
     )
 

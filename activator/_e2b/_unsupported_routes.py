@@ -1,7 +1,7 @@
 """E2B routes this server does not serve yet, each refused in E2B's shape (501) instead of a bare 404.
 
-The SDK reads a 404 on several of them as something else: "Sandbox <id> not found" for `create_snapshot`,
-`fork` and `update_network` on a running sandbox, `False` for `delete_snapshot`. A 501 that names the feature
+The SDK reads a 404 on several of them as something else: "Sandbox <id> not found" for `create_snapshot`
+and `fork` on a running sandbox, `False` for `delete_snapshot`. A 501 that names the feature
 is an honest answer the SDK raises as it is. The table lists E2B's paths as the SDKs call them (2.63,
 e2b-features.md); a route that gets served moves out of it into the module that serves it.
 """
@@ -35,7 +35,6 @@ _UNSUPPORTED: tuple[tuple[Method, tuple[str, ...], str], ...] = (
     ("POST", (f"{_S}/snapshots",), "snapshots"),
     ("GET", ("/snapshots",), "snapshots"),
     ("POST", (f"{_S}/fork",), "fork"),
-    ("PUT", (f"{_S}/network",), "changing a sandbox's network (update_network)"),
     ("POST", ("/volumes",), "volumes"),
     ("GET", ("/volumes", "/volumes/{volume_id:str}"), "volumes"),
     ("DELETE", ("/volumes/{volume_id:str}",), "volumes"),

@@ -1,14 +1,16 @@
 """E2B control-plane JSON, as msgspec structs (reference: e2b-protocol.md §2.3, infra `spec/openapi.yml`).
 
 Names are camelCase, with E2B's irregular ones spelled out per field (`templateID`, `memoryMB`,
-`allow_internet_access`). Request structs accept unknown fields: the SDKs send fields (network, mcp, volumes, ...)
-this server does not use yet, and rejecting them would break those SDKs.
+`allow_internet_access`). Request structs accept unknown fields: the SDKs send fields (mcp, volumes, ...) this
+server does not use yet, and rejecting them would break those SDKs. The network options are the exception: each
+one is either honoured or refused by name, and an unknown one is a 400, because a rule silently dropped is a
+sandbox its user is wrong about.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -23,6 +25,9 @@ __all__ = [
     "LogLine",
     "LogsV1",
     "LogsV2",
+    "NetworkIn",
+    "NetworkOut",
+    "NetworkUpdate",
     "NewSandbox",
     "RefreshRequest",
     "ResumeRequest",
@@ -56,6 +61,30 @@ class LifecycleIn(_Wire):
     auto_resume: bool | None = None
 
 
+class NetworkIn(_Wire, forbid_unknown_fields=True):
+    """`SandboxNetworkConfig` of a create; `rules`, `egressProxy`, `dnsServers` and `httpsPorts` are refused."""
+
+    allow_out: list[str] | None = None
+    deny_out: list[str] | None = None
+    allow_public_traffic: bool | None = None
+    mask_request_host: str | None = None
+    rules: dict[str, Any] | None = None
+    egress_proxy: Any = None
+    dns_servers: list[str] | None = None
+    https_ports: list[int] | None = None
+
+
+class NetworkUpdate(_Wire, forbid_unknown_fields=True):
+    """`SandboxNetworkUpdateConfig` (PUT /sandboxes/{id}/network): the whole egress config; omitted is cleared."""
+
+    allow_out: list[str] | None = None
+    deny_out: list[str] | None = None
+    rules: dict[str, Any] | None = None
+    egress_proxy: Any = None
+    dns_servers: list[str] | None = None
+    allow_internet_access: bool | None = msgspec.field(default=None, name="allow_internet_access")
+
+
 class NewSandbox(_Wire):
     """`NewSandboxV2` (POST /v2/sandboxes) and `NewSandbox` (POST /sandboxes, which adds `secure`)."""
 
@@ -64,8 +93,9 @@ class NewSandbox(_Wire):
     auto_pause: bool | None = None
     auto_resume: AutoResume | None = None
     lifecycle: LifecycleIn | None = None  # the JS SDK's form of autoPause / autoResume
-    # Stored and reported back, not enforced: sandboxes have a loopback-only network for now.
     allow_internet_access: bool | None = msgspec.field(default=None, name="allow_internet_access")
+    network: NetworkIn | None = None
+    iam: Any = None  # workload identity tokens: refused
     secure: bool | None = None
     metadata: dict[str, str] | None = None
     env_vars: dict[str, str] | None = None
@@ -132,10 +162,20 @@ class LifecycleOut(_Wire):
     on_timeout: Literal["kill", "pause"]
 
 
+class NetworkOut(_Wire):
+    """The network options in force, as E2B's `SandboxDetail.network` reports them."""
+
+    allow_public_traffic: bool
+    allow_out: list[str] | None = None
+    deny_out: list[str] | None = None
+    mask_request_host: str | None = None
+
+
 class SandboxDetail(ListedSandbox, kw_only=True):
     domain: str | None
     allow_internet_access: bool | None
     lifecycle: LifecycleOut
+    network: NetworkOut
     envd_access_token: str | None = None
 
 

@@ -52,7 +52,7 @@ from pool._kube._core import KubeSandboxes, KubeSettings
 from pool._kube._manifest import ReplicaSet
 from pool._kube._pool_manifest import runs_claimed_warm_pod
 from pool._kube._replicasets import is_running, is_snapshotted
-from pool._runtime import RuntimeCapabilities, SandboxSpec, SnapshotInfo
+from pool._runtime import EgressRules, RuntimeCapabilities, SandboxSpec, SnapshotInfo
 from pool._template_start import run_start_commands, wait_for_ports
 
 __all__ = ["KubeSettings", "KubernetesRuntime", "WarmSource", "open_kube_runtime"]
@@ -62,6 +62,9 @@ _NO_CRIU = (
     "no CRIU on Kubernetes: a snapshot keeps the sandbox's working directory (a tar.gz in Secrets) and starts "
     "its processes again on restore"
 )
+
+# Every pod gets the install's shared egress policy (the internet minus private ranges), whatever was asked.
+_NO_EGRESS_RULES = "this server's kubernetes runtime cannot enforce egress rules yet"
 
 WarmSource = Callable[[str, str], Awaitable[str | None]]
 """`(template, sandbox_id) -> pod name | None`: claims a warm-ready pod of the template for the sandbox."""
@@ -80,7 +83,12 @@ class KubernetesRuntime(KubeSandboxes):
         self._warm_source = claim
 
     def capabilities(self) -> RuntimeCapabilities:
-        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU)
+        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU, egress_refusal=_NO_EGRESS_RULES)
+
+    async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
+        """Only the default (the internet, nothing private) is what pods get: anything else is refused."""
+        if rules != EgressRules():
+            raise RuntimeFailure(f"{_NO_EGRESS_RULES} (sandbox {sandbox_id})")
 
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
         """True when snapshotted, else the process census's last answer (False until it has one)."""

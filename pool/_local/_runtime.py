@@ -26,7 +26,7 @@ from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
 from pool._local._sandbox import Sandbox, load_sandbox
 from pool._local._snapshots import CriuSupport, drop_image, settle, snapshot_bytes
-from pool._runtime import RuntimeCapabilities, SandboxSpec, SnapshotInfo, SnapshotKind
+from pool._runtime import EgressRules, RuntimeCapabilities, SandboxSpec, SnapshotInfo, SnapshotKind
 from pool._template_start import wait_for_ports
 
 __all__ = ["LocalRuntime", "LocalRuntimeSettings"]
@@ -40,6 +40,9 @@ class LocalRuntime(LocalSandboxes):
     def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
         super().__init__(settings, parent_cgroup=parent_cgroup)
         self._criu = CriuSupport(settings.criu_dir)  # the trial runs in a thread meanwhile
+        # The rules `set_egress` was last given, by sandbox id; nothing enforces them yet (sandboxes have loopback
+        # only, which over-fulfils every deny and honours no allow): the egress data path takes them over.
+        self.egress_rules: dict[str, EgressRules] = {}
 
     def capabilities(self) -> RuntimeCapabilities:
         """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""
@@ -48,6 +51,11 @@ class LocalRuntime(LocalSandboxes):
             return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason="the CRIU trial is still running")
         kind: SnapshotKind = "criu" if status.available else "filesystem"
         return RuntimeCapabilities(snapshot_kind=kind, criu_version=status.version, criu_reason=status.reason)
+
+    async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
+        """Record the sandbox's new rules (see `egress_rules`); SandboxGone when it does not run."""
+        self._running(sandbox_id)
+        self.egress_rules[sandbox_id] = rules
 
     def note_spec(self, spec: SandboxSpec) -> None:
         """Nothing to keep: freeze, stats and snapshot go through cgroups and files, and `restore` gets the spec."""

@@ -1,0 +1,52 @@
+"""Private ports and Host masking on the data plane (E2B's `allowPublicTraffic=false` and `maskRequestHost`).
+
+A sandbox with a traffic access token (`activator.Ingress`) answers on every port but envd's only requests that
+carry it in `e2b-traffic-access-token` (any case: the code interpreter SDK sends `E2B-Traffic-Access-Token`);
+without it, or with another, E2B's proxy answers 403 JSON `{"sandboxId", "message", "code": 403}` with these
+messages, and so does this one (`_errors_response`). The token is compared in constant time and never forwarded
+(`_routing.REQUEST_DROP`). envd's port has its own token (`X-Access-Token`), checked by envd.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from activator import Ingress
+from executor.envd import ENVD_PORT
+from gateway._routing import Route
+
+__all__ = ["TRAFFIC_TOKEN_HEADER", "TrafficRefused", "admit"]
+
+TRAFFIC_TOKEN_HEADER = b"e2b-traffic-access-token"
+_MISSING = "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"
+_INVALID = "Sandbox is secured with traffic access token. Provided token is invalid."
+_PORT_PLACEHOLDER = "${PORT}"
+
+
+class TrafficRefused(Exception):
+    """The sandbox's ports are private and the request lacks the right traffic access token."""
+
+    status_code = 403
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The Host the request goes on with (None: the client's own), or TrafficRefused.
+
+    `ingress` None (an unknown sandbox) admits: the proxy then answers as for any unknown sandbox.
+    """
+    if ingress is None or route.port == ENVD_PORT:
+        return None
+    token = ingress.traffic_access_token
+    if token is not None:
+        given = next((value for name, value in headers if name == TRAFFIC_TOKEN_HEADER), None)
+        if given is None:
+            raise TrafficRefused(_MISSING)
+        if not hmac.compare_digest(given, token.encode()):
+            raise TrafficRefused(_INVALID)
+    mask = ingress.mask_request_host
+    return None if mask is None else mask.replace(_PORT_PLACEHOLDER, str(route.port)).encode()

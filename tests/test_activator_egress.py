@@ -1,0 +1,90 @@
+"""The network options through the Activator (real store, fake runtime): stored, handed to the runtime, refused
+where the runtime cannot enforce them."""
+
+from __future__ import annotations
+
+import pytest
+
+from activator import InvalidRequest, SandboxNotFound, Store
+from activator._records import Egress
+from pool import ALL_TRAFFIC, EgressRules
+from tests import test_activator_fakes as fakes
+from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
+
+pytestmark = pytest.mark.anyio
+
+store, runtime, clock = fakes.store, fakes.runtime, fakes.clock  # the shared fixtures, bound by name for pytest
+
+NO_INTERNET = Egress(deny_out=("0.0.0.0/0",))
+REFUSAL = "this server's kubernetes runtime cannot enforce egress rules yet"
+
+
+async def test_create_hands_the_rules_to_the_runtime_and_stores_them(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    record = await activator(store, runtime, clock).create("alice", request(egress=NO_INTERNET))
+    assert runtime.specs[record.id].egress == EgressRules(deny_out=ALL_TRAFFIC)
+    assert (await store.get(record.id)) == record
+    assert record.egress == NO_INTERNET
+
+
+async def test_private_ports_get_a_traffic_token_of_their_own(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
+    acts = activator(store, runtime, clock)
+    public = await acts.create("alice", request())
+    private = await acts.create("alice", request(public_traffic=False, mask_request_host="localhost:${PORT}"))
+    assert public.ingress.traffic_access_token is None
+    token = private.ingress.traffic_access_token
+    assert token is not None
+    assert token != private.access_token
+    assert await acts.ingress(private.id) == private.ingress
+    assert await acts.ingress("nosuchsandbox") is None
+    assert token not in str(runtime.specs[private.id].annotations)
+
+
+async def test_update_network_applies_at_once_to_a_running_sandbox(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    acts = activator(store, runtime, clock)
+    record = await acts.create("alice", request())
+    await acts.update_network("alice", record.id, NO_INTERNET, allow_internet_access=False)
+    assert runtime.egress[record.id] == EgressRules(deny_out=ALL_TRAFFIC)
+    stored = await store.get(record.id)
+    assert stored is not None
+    assert (stored.egress, stored.allow_internet_access) == (NO_INTERNET, False)
+
+
+async def test_update_network_on_a_paused_sandbox_waits_for_its_restore(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    acts = activator(store, runtime, clock)
+    record = await acts.create("alice", request())
+    await acts.pause("alice", record.id)
+    await acts.update_network("alice", record.id, NO_INTERNET, allow_internet_access=None)
+    assert record.id not in runtime.egress
+    await acts.connect("alice", record.id, 60)
+    assert runtime.specs[record.id].egress == EgressRules(deny_out=ALL_TRAFFIC)
+
+
+async def test_update_network_of_an_unknown_or_foreign_sandbox_is_not_found(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    acts = activator(store, runtime, clock)
+    record = await acts.create("alice", request())
+    for owner, sandbox_id in (("alice", "nosuchsandbox"), ("bob", record.id)):
+        with pytest.raises(SandboxNotFound):
+            await acts.update_network(owner, sandbox_id, NO_INTERNET, allow_internet_access=None)
+
+
+async def test_rules_a_runtime_cannot_enforce_are_refused_before_anything_starts(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    runtime.egress_refusal = REFUSAL
+    acts = activator(store, runtime, clock)
+    for egress in (NO_INTERNET, Egress(allow_out=("203.0.113.1",))):
+        with pytest.raises(InvalidRequest, match=REFUSAL):
+            await acts.create("alice", request(egress=egress))
+    assert runtime.specs == {}
+    record = await acts.create("alice", request(public_traffic=False))  # private ports are the gateway's
+    with pytest.raises(InvalidRequest, match=REFUSAL):
+        await acts.update_network("alice", record.id, NO_INTERNET, allow_internet_access=False)
+    await acts.update_network("alice", record.id, Egress(), allow_internet_access=True)
