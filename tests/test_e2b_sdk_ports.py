@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import httpx
@@ -11,6 +10,8 @@ import websockets
 from e2b import Sandbox
 
 from tests.server_fixtures import RunningServer, wait_for_port
+
+pytestmark = pytest.mark.anyio
 
 _WS_ECHO = r"""
 # A stdlib-only WebSocket echo server (the sandbox has no network to install one).
@@ -88,7 +89,7 @@ def test_closed_port_and_unknown_sandbox_answer_502_in_e2b_shape(sbx: Sandbox, e
     assert "was not found" in unknown.json()["message"]
 
 
-def test_websocket_echo_inside_is_reached_through_the_gateway(sbx: Sandbox, e2b_env: RunningServer) -> None:
+async def test_websocket_echo_inside_is_reached_through_the_gateway(sbx: Sandbox, e2b_env: RunningServer) -> None:
     sbx.files.write("/home/user/echo.py", _WS_ECHO)
     sbx.commands.run("python3 /home/user/echo.py", background=True)
     wait_for_port(sbx, 8765)
@@ -99,4 +100,4 @@ def test_websocket_echo_inside_is_reached_through_the_gateway(sbx: Sandbox, e2b_
             await ws.send(b"\x00binary")
             return [await ws.recv(), await ws.recv()]
 
-    assert asyncio.run(talk()) == ["text frame", b"\x00binary"]
+    assert await talk() == ["text frame", b"\x00binary"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import os
@@ -19,6 +18,8 @@ from executor._archive import Archives
 from pool._errors import RuntimeFailure
 from pool._executor_client import download_archive, freeze, thaw, upload_archive
 from tests.executor_fixtures import Envd, run_executor
+
+pytestmark = pytest.mark.anyio
 
 ARCHIVE = "/agent-sandbox/archive"
 OLD = 1_000_000_000  # an mtime in 2001
@@ -168,7 +169,7 @@ def _connect(envd: Envd) -> socket.socket:
     return socket.create_connection((address.hostname or "", address.port or 80))
 
 
-def test_pool_client_freezes_downloads_thaws_and_uploads_over_a_socket(tmp_path: Path) -> None:
+async def test_pool_client_freezes_downloads_thaws_and_uploads_over_a_socket(tmp_path: Path) -> None:
     source, target = tmp_path / "source", tmp_path / "target"
     _populate(source)
     (source / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024))  # incompressible: a multi-MiB body each way
@@ -185,7 +186,7 @@ def test_pool_client_freezes_downloads_thaws_and_uploads_over_a_socket(tmp_path:
         return archive
 
     with _executor_in(source) as first, _executor_in(target) as second:
-        archive = asyncio.run(scenario(first, second))
+        archive = await scenario(first, second)
         with first.client() as client:
             assert client.get("/agent-sandbox/freeze").json() == {"frozen": False, "stopped": 0}
     assert len(archive) > 3 * 1024 * 1024

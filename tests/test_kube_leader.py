@@ -19,7 +19,7 @@ from tests.polling import wait_for_async
 kube = kube_fixtures.kube
 kube_namespace = kube_fixtures.kube_namespace
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 LEASE = 6.0  # seconds; renewed every LEASE / 3, often enough to hold on a loaded machine
 RENEW = LEASE / 3
@@ -70,85 +70,73 @@ def leaders(group: list[Elector]) -> list[Elector]:
     return [e for e in group if e.election.is_leader]
 
 
-def test_exactly_one_of_two_electors_leads(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with electors(kube, kube_namespace, "a", "b") as group:
-            for elector in group:
-                elector.campaign()
-            await wait_for_async(lambda: len(leaders(group)) == 1, what="a leader")
-            for _ in range(round(3 * LEASE / 0.05)):  # through several renewals
-                assert len(leaders(group)) == 1
-                await asyncio.sleep(0.05)
-            assert sorted(len(e.changes) for e in group) == [0, 1]  # nobody stepped down or took over meanwhile
-
-    asyncio.run(main())
+async def test_exactly_one_of_two_electors_leads(kube: Kube, kube_namespace: str) -> None:
+    async with electors(kube, kube_namespace, "a", "b") as group:
+        for elector in group:
+            elector.campaign()
+        await wait_for_async(lambda: len(leaders(group)) == 1, what="a leader")
+        for _ in range(round(3 * LEASE / 0.05)):  # through several renewals
+            assert len(leaders(group)) == 1
+            await asyncio.sleep(0.05)
+        assert sorted(len(e.changes) for e in group) == [0, 1]  # nobody stepped down or took over meanwhile
 
 
-def test_the_other_takes_over_within_the_lease_when_the_leader_crashes(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with electors(kube, kube_namespace, "a", "b") as (a, b):
-            a.campaign()
-            await wait_for_async(lambda: a.election.is_leader, what="a leading")
-            b.campaign()
-            await asyncio.sleep(RENEW * 2)
-            assert not b.election.is_leader
-            await a.crash()
-            assert not a.election.is_leader
-            took = await seconds_until(lambda: b.election.is_leader, what="b taking over")
-            assert took < 2 * LEASE, took  # once a's lease ran out (a renewal or two of b's late at most)
-
-    asyncio.run(main())
+async def test_the_other_takes_over_within_the_lease_when_the_leader_crashes(kube: Kube, kube_namespace: str) -> None:
+    async with electors(kube, kube_namespace, "a", "b") as (a, b):
+        a.campaign()
+        await wait_for_async(lambda: a.election.is_leader, what="a leading")
+        b.campaign()
+        await asyncio.sleep(RENEW * 2)
+        assert not b.election.is_leader
+        await a.crash()
+        assert not a.election.is_leader
+        took = await seconds_until(lambda: b.election.is_leader, what="b taking over")
+        assert took < 2 * LEASE, took  # once a's lease ran out (a renewal or two of b's late at most)
 
 
-def test_the_other_takes_over_at_once_when_the_leader_releases(kube: Kube, kube_namespace: str) -> None:
+async def test_the_other_takes_over_at_once_when_the_leader_releases(kube: Kube, kube_namespace: str) -> None:
     lease, renew = 30.0, 10.0  # unreleased, the lease would stay taken for 20 s or more after the leader stops
 
-    async def main() -> None:
-        async with electors(kube, kube_namespace, "a", "b", lease=lease) as (a, b):
-            a.campaign()
-            await wait_for_async(lambda: a.election.is_leader, what="a leading")
-            b.campaign()
-            await a.crash()
-            assert not b.election.is_leader  # the lease is still a's: only its release can hand it over
-            await a.election.release()
-            took = await seconds_until(lambda: b.election.is_leader, what="b taking over")
-            assert took < lease - renew, took  # at b's next try, not once the lease has expired
-
-    asyncio.run(main())
+    async with electors(kube, kube_namespace, "a", "b", lease=lease) as (a, b):
+        a.campaign()
+        await wait_for_async(lambda: a.election.is_leader, what="a leading")
+        b.campaign()
+        await a.crash()
+        assert not b.election.is_leader  # the lease is still a's: only its release can hand it over
+        await a.election.release()
+        took = await seconds_until(lambda: b.election.is_leader, what="b taking over")
+        assert took < lease - renew, took  # at b's next try, not once the lease has expired
 
 
-def test_work_runs_only_while_leading(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        running: set[str] = set()
+async def test_work_runs_only_while_leading(kube: Kube, kube_namespace: str) -> None:
+    running: set[str] = set()
 
-        def work_of(name: str) -> Callable[[], Awaitable[None]]:
-            async def work() -> None:
-                running.add(name)
-                try:
-                    await asyncio.Event().wait()
-                finally:
-                    running.discard(name)
+    def work_of(name: str) -> Callable[[], Awaitable[None]]:
+        async def work() -> None:
+            running.add(name)
+            try:
+                await asyncio.Event().wait()
+            finally:
+                running.discard(name)
 
-            return work
+        return work
 
-        async with electors(kube, kube_namespace, "a", "b") as (a, b):
-            workers = [asyncio.create_task(while_leading(e.election, work_of(n))) for e, n in ((a, "a"), (b, "b"))]
-            a.campaign()
-            await wait_for_async(lambda: running == {"a"}, what="a's work")
-            b.campaign()
-            await a.crash()
-            await wait_for_async(lambda: running == set(), what="a's work cancelled")
-            await wait_for_async(lambda: running == {"b"}, what="b's work")
-            a.campaign()  # a comes back: b still leads
-            await asyncio.sleep(RENEW * 2)
-            assert running == {"b"}
-            assert not a.election.is_leader
-            await b.crash()
-            await b.election.release()
-            await wait_for_async(lambda: running == {"a"}, what="a's work started again")
-            for worker in workers:
-                worker.cancel()
-            await asyncio.wait(workers)
-            assert running == set()
-
-    asyncio.run(main())
+    async with electors(kube, kube_namespace, "a", "b") as (a, b):
+        workers = [asyncio.create_task(while_leading(e.election, work_of(n))) for e, n in ((a, "a"), (b, "b"))]
+        a.campaign()
+        await wait_for_async(lambda: running == {"a"}, what="a's work")
+        b.campaign()
+        await a.crash()
+        await wait_for_async(lambda: running == set(), what="a's work cancelled")
+        await wait_for_async(lambda: running == {"b"}, what="b's work")
+        a.campaign()  # a comes back: b still leads
+        await asyncio.sleep(RENEW * 2)
+        assert running == {"b"}
+        assert not a.election.is_leader
+        await b.crash()
+        await b.election.release()
+        await wait_for_async(lambda: running == {"a"}, what="a's work started again")
+        for worker in workers:
+            worker.cancel()
+        await asyncio.wait(workers)
+        assert running == set()

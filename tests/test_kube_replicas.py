@@ -34,7 +34,7 @@ kube = kube_fixtures.kube
 kube_namespace = kube_fixtures.kube_namespace
 redis_server = redis_fixtures.redis_server
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 LEASE_SECONDS = 3.0
 WARM = 2  # warm pods of the base template, claimed by creates on either replica
@@ -123,7 +123,7 @@ def test_a_replica_sees_the_sandboxes_the_other_created(replicas: Replicas) -> N
         sbx.kill()
 
 
-def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
+async def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
     replicas: Replicas, kube: Kube, kube_namespace: str
 ) -> None:
     sbx, marker, _ = _paused_sandbox(replicas, slow_resume=True)
@@ -134,7 +134,7 @@ def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
             resume = pool.submit(lambda: Sandbox.connect(sbx.sandbox_id, timeout=240, **replicas.sdk(replicas.a)))
             # A holds the sandbox's activation lock once it scales the ReplicaSet back up: then burst B.
             wait_for(lambda: _replicas_of(kube, kube_namespace, sbx.sandbox_id) == "1", what="A to start the resume")
-            replies = asyncio.run(health_burst(replicas.b.port, sbx.sandbox_id, BURST))
+            replies = await health_burst(replicas.b.port, sbx.sandbox_id, BURST)
             resume.result(timeout=120)
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
@@ -148,7 +148,7 @@ def test_burst_held_on_one_replica_is_released_by_the_resume_of_the_other(
         sbx.kill()
 
 
-def test_one_activation_per_sandbox_across_replicas(replicas: Replicas) -> None:
+async def test_one_activation_per_sandbox_across_replicas(replicas: Replicas) -> None:
     sbx, marker, _ = _paused_sandbox(replicas)
     try:
 
@@ -159,7 +159,7 @@ def test_one_activation_per_sandbox_across_replicas(replicas: Replicas) -> None:
             )
             return a + b
 
-        replies = asyncio.run(both())
+        replies = await both()
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
         assert statuses[200] + statuses[204] == BURST

@@ -21,7 +21,7 @@ from tests.sandbox_exec import run_in_sandbox
 kube = kube_fixtures.kube
 kube_namespace = kube_fixtures.kube_namespace
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 BASE = load_templates(DEFAULT_TEMPLATES)["base"]
 Scenario = Callable[[KubernetesRuntime], Awaitable[None]]
@@ -39,12 +39,9 @@ async def kube_runtime(kubeconfig: Path, namespace: str) -> AsyncIterator[Kubern
         await runtime.aclose()
 
 
-def _run(kube: Kube, namespace: str, scenario: Scenario) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, namespace) as runtime:
-            await scenario(runtime)
-
-    asyncio.run(main())
+async def _run(kube: Kube, namespace: str, scenario: Scenario) -> None:
+    async with kube_runtime(kube.kubeconfig, namespace) as runtime:
+        await scenario(runtime)
 
 
 # The dev cluster's sandboxes run on the host as root, so their login shells read its ~/.bashrc, whose `pyenv init`
@@ -83,7 +80,7 @@ def _executor_running_at(ip: str) -> bool:
     return False
 
 
-def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_namespace: str) -> None:
+async def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_namespace: str) -> None:
     async def scenario(rt: KubernetesRuntime) -> None:
         owned = msgspec.structs.replace(
             spec("hello", token="tok-never-in-objects"), annotations={"example.com/owner": "k1"}
@@ -95,7 +92,7 @@ def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_names
         assert (result.exit_code, result.stdout.split()) == (0, ["hi", "root"])
         assert (await rt.stats("hello")).mem_total > 0
 
-    _run(kube, kube_namespace, scenario)
+    await _run(kube, kube_namespace, scenario)
     replica_set = kube.kubectl("get", "replicaset", "sandbox-hello", "-n", kube_namespace, "-o", "json")
     metadata = msgspec.json.decode(replica_set)["metadata"]
     assert metadata["annotations"] == {"example.com/owner": "k1"}
@@ -109,7 +106,7 @@ def test_started_sandbox_answers_health_and_runs_commands(kube: Kube, kube_names
     assert "tok-never-in-objects" not in replica_set + pods
 
 
-def test_start_runs_the_template_commands_and_waits_for_their_ports(kube: Kube, kube_namespace: str) -> None:
+async def test_start_runs_the_template_commands_and_waits_for_their_ports(kube: Kube, kube_namespace: str) -> None:
     port = free_port()
     server = msgspec.structs.replace(BASE, start=(f"exec python3 -m http.server --bind 0.0.0.0 {port}",), ports=(port,))
 
@@ -120,10 +117,10 @@ def test_start_runs_the_template_commands_and_waits_for_their_ports(kube: Kube, 
             await rt.open_socket("withport", free_port())
         await rt.stop("withport")
 
-    _run(kube, kube_namespace, scenario)
+    await _run(kube, kube_namespace, scenario)
 
 
-def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_namespace: str) -> None:
+async def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_namespace: str) -> None:
     ips: list[str] = []
 
     async def scenario(rt: KubernetesRuntime) -> None:
@@ -136,58 +133,49 @@ def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_
         with pytest.raises(SandboxGone):
             await rt.open_socket("goner", 49983)
 
-    _run(kube, kube_namespace, scenario)
+    await _run(kube, kube_namespace, scenario)
     assert kube.kubectl("get", "replicasets,pods", "-n", kube_namespace, "-o", "name") == ""
     wait_for(lambda: not _executor_running_at(ips[0]), what="the executor process to end")
 
 
-def test_a_new_runtime_recovers_running_sandboxes(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
-            await first.start(spec("survivor"))
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
-            assert not second.is_running("survivor")
-            assert await second.recover() == {"survivor"}
-            assert (await _health(second, "survivor")).startswith(b"HTTP/1.1 204")
-            await second.stop("survivor")
-
-    asyncio.run(main())
+async def test_a_new_runtime_recovers_running_sandboxes(kube: Kube, kube_namespace: str) -> None:
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
+        await first.start(spec("survivor"))
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
+        assert not second.is_running("survivor")
+        assert await second.recover() == {"survivor"}
+        assert (await _health(second, "survivor")).startswith(b"HTTP/1.1 204")
+        await second.stop("survivor")
 
 
-def test_a_second_runtime_acts_on_a_sandbox_the_first_started(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with (
-            kube_runtime(kube.kubeconfig, kube_namespace) as first,
-            kube_runtime(kube.kubeconfig, kube_namespace) as second,
-        ):
-            await first.start(spec("shared", token="tok-shared"))
-            with pytest.raises(RuntimeFailure, match="note_spec"):
-                await second.stats("shared")  # its executor wants the token, which this process never saw
-            second.note_spec(spec("shared", token="tok-shared"))
-            assert (await second.stats("shared")).mem_total > 0
-            assert second.is_running("shared")
-            await second.freeze("shared")
-            await second.thaw("shared")
-            result = await run_in_sandbox(second, "shared", "echo via second", user="root", token="tok-shared")
-            assert result.stdout == "via second\n"
-            await second.stop("shared")
-            assert not second.is_running("shared")
-            await asyncio.to_thread(wait_for, lambda: not first.is_running("shared"), what="the first to see it go")
-
-    asyncio.run(main())
+async def test_a_second_runtime_acts_on_a_sandbox_the_first_started(kube: Kube, kube_namespace: str) -> None:
+    async with (
+        kube_runtime(kube.kubeconfig, kube_namespace) as first,
+        kube_runtime(kube.kubeconfig, kube_namespace) as second,
+    ):
+        await first.start(spec("shared", token="tok-shared"))
+        with pytest.raises(RuntimeFailure, match="note_spec"):
+            await second.stats("shared")  # its executor wants the token, which this process never saw
+        second.note_spec(spec("shared", token="tok-shared"))
+        assert (await second.stats("shared")).mem_total > 0
+        assert second.is_running("shared")
+        await second.freeze("shared")
+        await second.thaw("shared")
+        result = await run_in_sandbox(second, "shared", "echo via second", user="root", token="tok-shared")
+        assert result.stdout == "via second\n"
+        await second.stop("shared")
+        assert not second.is_running("shared")
+        await asyncio.to_thread(wait_for, lambda: not first.is_running("shared"), what="the first to see it go")
 
 
-def test_a_sandbox_created_a_moment_ago_elsewhere_is_found_before_the_watch_shows_it(
+async def test_a_sandbox_created_a_moment_ago_elsewhere_is_found_before_the_watch_shows_it(
     kube: Kube, kube_namespace: str
 ) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
-            await first.start(spec("fresh"))
-            async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
-                # An unknown sandbox is looked up once before it counts as gone: no watch has started yet here.
-                assert (await _health(second, "fresh")).startswith(b"HTTP/1.1 204")
-                with pytest.raises(SandboxGone):
-                    await second.open_socket("nosuch", 49983)
-            await first.stop("fresh")
-
-    asyncio.run(main())
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
+        await first.start(spec("fresh"))
+        async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
+            # An unknown sandbox is looked up once before it counts as gone: no watch has started yet here.
+            assert (await _health(second, "fresh")).startswith(b"HTTP/1.1 204")
+            with pytest.raises(SandboxGone):
+                await second.open_socket("nosuch", 49983)
+        await first.stop("fresh")

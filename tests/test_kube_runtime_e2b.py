@@ -6,7 +6,6 @@ sandbox scaled to zero and back with its files), and a held burst released by on
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -25,7 +24,7 @@ from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
 kube = kube_fixtures.kube
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
 BURST = 300
 
@@ -130,14 +129,14 @@ def test_pause_scales_to_zero_and_connect_brings_the_files_back(kube: Kube, name
         sbx.kill()
 
 
-def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kube, namespace: str) -> None:
+async def test_a_held_burst_is_released_by_one_resume(server: RunningServer, kube: Kube, namespace: str) -> None:
     sbx = Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True}, timeout=120)
     try:
         assert sbx.pause()
         assert _replicas_of(kube, namespace, sbx.sandbox_id) == "0"
         activations = metric(server, "agent_sandbox_activations_total", result="ok")
         held = metric(server, "agent_sandbox_holds_total", result="resumed")
-        replies = asyncio.run(health_burst(server.port, sbx.sandbox_id, BURST))
+        replies = await health_burst(server.port, sbx.sandbox_id, BURST)
         statuses = Counter(reply.status for reply in replies)
         assert len(statuses) == 1
         assert statuses[200] + statuses[204] == BURST

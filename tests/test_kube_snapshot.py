@@ -24,7 +24,7 @@ from tests.test_kube_runtime import BASE, kube_runtime, pod_ip, spec
 kube = kube_fixtures.kube
 kube_namespace = kube_fixtures.kube_namespace
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 TOKEN = "tok-snapshot"
 IN_POD_DIR = 'cd "$(readlink /proc/$PPID/cwd)"'  # the executor's cwd: the pod's directory, the archived one
@@ -90,121 +90,104 @@ async def _start_counter(rt: KubernetesRuntime, sandbox_id: str) -> None:
     await start_process(sock, loop, tag="counter", user="root", token=TOKEN)
 
 
-def test_freeze_stops_a_loop_in_the_pod_and_thaw_resumes_it(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
-            await rt.start(spec("pausing", token=TOKEN))
-            await _start_counter(rt, "pausing")
-            directory = _pod_dir(kube, kube_namespace, "pausing")
-            await _counts_on(directory)
-            await rt.freeze("pausing")
-            await rt.freeze("pausing")  # idempotent
-            assert await _stands_still(directory)
-            assert rt.is_running("pausing")  # the pod stays; its executor answers
-            assert (await rt.stats("pausing")).mem_total > 0
-            await rt.thaw("pausing")
-            await _counts_on(directory)
-            await rt.stop("pausing")
-
-    asyncio.run(main())
+async def test_freeze_stops_a_loop_in_the_pod_and_thaw_resumes_it(kube: Kube, kube_namespace: str) -> None:
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
+        await rt.start(spec("pausing", token=TOKEN))
+        await _start_counter(rt, "pausing")
+        directory = _pod_dir(kube, kube_namespace, "pausing")
+        await _counts_on(directory)
+        await rt.freeze("pausing")
+        await rt.freeze("pausing")  # idempotent
+        assert await _stands_still(directory)
+        assert rt.is_running("pausing")  # the pod stays; its executor answers
+        assert (await rt.stats("pausing")).mem_total > 0
+        await rt.thaw("pausing")
+        await _counts_on(directory)
+        await rt.stop("pausing")
 
 
-def test_the_census_counts_only_template_processes_as_restorable(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
-            await rt.start(spec("census", MARKED, token=TOKEN))
-            assert not rt.snapshot_keeps_processes("census")  # no answer yet: the careful one
-            await rt.freeze("census")
-            assert rt.snapshot_keeps_processes("census")  # only the (finished) start command ran
-            await rt.thaw("census")
-            await _start_counter(rt, "census")
-            await rt.freeze("census")
-            assert not rt.snapshot_keeps_processes("census")  # the counter would be lost
-            await rt.stop("census")
-            with pytest.raises(SandboxGone):
-                rt.snapshot_keeps_processes("census")
-
-    asyncio.run(main())
+async def test_the_census_counts_only_template_processes_as_restorable(kube: Kube, kube_namespace: str) -> None:
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
+        await rt.start(spec("census", MARKED, token=TOKEN))
+        assert not rt.snapshot_keeps_processes("census")  # no answer yet: the careful one
+        await rt.freeze("census")
+        assert rt.snapshot_keeps_processes("census")  # only the (finished) start command ran
+        await rt.thaw("census")
+        await _start_counter(rt, "census")
+        await rt.freeze("census")
+        assert not rt.snapshot_keeps_processes("census")  # the counter would be lost
+        await rt.stop("census")
+        with pytest.raises(SandboxGone):
+            rt.snapshot_keeps_processes("census")
 
 
-def test_snapshot_scales_to_zero_and_restore_brings_the_files_back(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
-            await rt.start(spec("keeper", MARKED, token=TOKEN))
-            before = _pod_dir(kube, kube_namespace, "keeper")
-            (before / "notes.txt").write_text("written before the snapshot")
-            await asyncio.to_thread(_wait_for_text, before / "starts", "started\n")
-            await rt.freeze("keeper")
-            info = await rt.snapshot("keeper")
-            assert (info.kind, info.image_bytes > 0) == ("filesystem", True)
-            again = await rt.snapshot("keeper")  # snapshotted already: nothing to do
-            assert (again.kind, again.image_bytes) == (info.kind, info.image_bytes)
-            assert (rt.is_snapshotted("keeper"), rt.is_running("keeper")) == (True, False)
-            assert rt.snapshotted_ids() == {"keeper"}
-            assert not _objects(kube, kube_namespace, "pods", "agent-sandbox.dev/sandbox-id=keeper")
-            replica_set = msgspec.json.decode(
-                kube.kubectl("get", "rs", "sandbox-keeper", "-n", kube_namespace, "-o", "json")
-            )
-            assert replica_set["spec"]["replicas"] == 0
-            assert replica_set["metadata"]["annotations"]["agent-sandbox.dev/snapshot"] == "filesystem"
-            secrets = _archive_secrets(kube, kube_namespace, "keeper")
-            assert [s["metadata"]["ownerReferences"] for s in secrets] == [[{  # type: ignore[index]
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "sandbox-keeper",
-                "uid": replica_set["metadata"]["uid"], "controller": False, "blockOwnerDeletion": True,
-            }]]  # fmt: skip
+async def test_snapshot_scales_to_zero_and_restore_brings_the_files_back(kube: Kube, kube_namespace: str) -> None:
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
+        await rt.start(spec("keeper", MARKED, token=TOKEN))
+        before = _pod_dir(kube, kube_namespace, "keeper")
+        (before / "notes.txt").write_text("written before the snapshot")
+        await asyncio.to_thread(_wait_for_text, before / "starts", "started\n")
+        await rt.freeze("keeper")
+        info = await rt.snapshot("keeper")
+        assert (info.kind, info.image_bytes > 0) == ("filesystem", True)
+        again = await rt.snapshot("keeper")  # snapshotted already: nothing to do
+        assert (again.kind, again.image_bytes) == (info.kind, info.image_bytes)
+        assert (rt.is_snapshotted("keeper"), rt.is_running("keeper")) == (True, False)
+        assert rt.snapshotted_ids() == {"keeper"}
+        assert not _objects(kube, kube_namespace, "pods", "agent-sandbox.dev/sandbox-id=keeper")
+        replica_set = msgspec.json.decode(
+            kube.kubectl("get", "rs", "sandbox-keeper", "-n", kube_namespace, "-o", "json")
+        )
+        assert replica_set["spec"]["replicas"] == 0
+        assert replica_set["metadata"]["annotations"]["agent-sandbox.dev/snapshot"] == "filesystem"
+        secrets = _archive_secrets(kube, kube_namespace, "keeper")
+        assert [s["metadata"]["ownerReferences"] for s in secrets] == [[{  # type: ignore[index]
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "sandbox-keeper",
+            "uid": replica_set["metadata"]["uid"], "controller": False, "blockOwnerDeletion": True,
+        }]]  # fmt: skip
 
-            await rt.restore(spec("keeper", MARKED, token=TOKEN))
-            after = _pod_dir(kube, kube_namespace, "keeper")
-            assert after != before
-            assert (after / "notes.txt").read_text() == "written before the snapshot"
-            await asyncio.to_thread(_wait_for_text, after / "starts", "started\nstarted\n")
-            assert (rt.is_snapshotted("keeper"), rt.is_running("keeper")) == (False, True)
-            assert not _archive_secrets(kube, kube_namespace, "keeper")
-            result = await run_in_sandbox(rt, "keeper", "echo back", user="root", token=TOKEN)
-            assert result.stdout == "back\n"
-            await rt.restore(spec("keeper", MARKED, token=TOKEN))  # running: nothing to do
-            with pytest.raises(SandboxGone):
-                await rt.restore(spec("nosuch"))
-            await rt.stop("keeper")
-
-    asyncio.run(main())
+        await rt.restore(spec("keeper", MARKED, token=TOKEN))
+        after = _pod_dir(kube, kube_namespace, "keeper")
+        assert after != before
+        assert (after / "notes.txt").read_text() == "written before the snapshot"
+        await asyncio.to_thread(_wait_for_text, after / "starts", "started\nstarted\n")
+        assert (rt.is_snapshotted("keeper"), rt.is_running("keeper")) == (False, True)
+        assert not _archive_secrets(kube, kube_namespace, "keeper")
+        result = await run_in_sandbox(rt, "keeper", "echo back", user="root", token=TOKEN)
+        assert result.stdout == "back\n"
+        await rt.restore(spec("keeper", MARKED, token=TOKEN))  # running: nothing to do
+        with pytest.raises(SandboxGone):
+            await rt.restore(spec("nosuch"))
+        await rt.stop("keeper")
 
 
-def test_a_second_runtime_restores_what_the_first_snapshotted(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
-            await first.start(spec("wanderer", token=TOKEN))
-            (_pod_dir(kube, kube_namespace, "wanderer") / "notes.txt").write_text("from the first")
-            await first.snapshot("wanderer")
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
-            assert await second.recover() == set()
-            assert second.snapshotted_ids() == {"wanderer"}
-            await second.restore(spec("wanderer", token=TOKEN))
-            assert (_pod_dir(kube, kube_namespace, "wanderer") / "notes.txt").read_text() == "from the first"
-            await second.stop("wanderer")
-
-    asyncio.run(main())
+async def test_a_second_runtime_restores_what_the_first_snapshotted(kube: Kube, kube_namespace: str) -> None:
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as first:
+        await first.start(spec("wanderer", token=TOKEN))
+        (_pod_dir(kube, kube_namespace, "wanderer") / "notes.txt").write_text("from the first")
+        await first.snapshot("wanderer")
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as second:
+        assert await second.recover() == set()
+        assert second.snapshotted_ids() == {"wanderer"}
+        await second.restore(spec("wanderer", token=TOKEN))
+        assert (_pod_dir(kube, kube_namespace, "wanderer") / "notes.txt").read_text() == "from the first"
+        await second.stop("wanderer")
 
 
-def test_a_restore_cut_short_is_started_over(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
-            await rt.start(spec("phoenix", token=TOKEN))
-            (_pod_dir(kube, kube_namespace, "phoenix") / "notes.txt").write_text("kept")
-            await rt.snapshot("phoenix")
-            kube.kubectl("scale", "rs", "sandbox-phoenix", "-n", kube_namespace, "--replicas=1")  # as a crash leaves it
-            await asyncio.to_thread(
-                wait_for, lambda: _ready(kube, kube_namespace, "phoenix"), what="the half-restored pod"
-            )
-            assert (rt.is_snapshotted("phoenix"), rt.is_running("phoenix")) == (True, False)
-            await rt.restore(spec("phoenix", token=TOKEN))
-            assert (_pod_dir(kube, kube_namespace, "phoenix") / "notes.txt").read_text() == "kept"
-            await rt.stop("phoenix")
-
-    asyncio.run(main())
+async def test_a_restore_cut_short_is_started_over(kube: Kube, kube_namespace: str) -> None:
+    async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
+        await rt.start(spec("phoenix", token=TOKEN))
+        (_pod_dir(kube, kube_namespace, "phoenix") / "notes.txt").write_text("kept")
+        await rt.snapshot("phoenix")
+        kube.kubectl("scale", "rs", "sandbox-phoenix", "-n", kube_namespace, "--replicas=1")  # as a crash leaves it
+        await asyncio.to_thread(wait_for, lambda: _ready(kube, kube_namespace, "phoenix"), what="the half-restored pod")
+        assert (rt.is_snapshotted("phoenix"), rt.is_running("phoenix")) == (True, False)
+        await rt.restore(spec("phoenix", token=TOKEN))
+        assert (_pod_dir(kube, kube_namespace, "phoenix") / "notes.txt").read_text() == "kept"
+        await rt.stop("phoenix")
 
 
-def test_stop_deletes_the_replica_set_and_its_archive_secrets(kube: Kube, kube_namespace: str) -> None:
+async def test_stop_deletes_the_replica_set_and_its_archive_secrets(kube: Kube, kube_namespace: str) -> None:
     async def main() -> None:
         async with kube_runtime(kube.kubeconfig, kube_namespace) as rt:
             await rt.start(spec("doomed", token=TOKEN))
@@ -213,26 +196,21 @@ def test_stop_deletes_the_replica_set_and_its_archive_secrets(kube: Kube, kube_n
             await rt.stop("doomed")
             assert not rt.is_snapshotted("doomed")
 
-    asyncio.run(main())
+    await main()
     assert kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name") == ""
     wait_for(lambda: not _archive_secrets(kube, kube_namespace, "doomed"), what="the garbage collector")
 
 
-def test_an_archive_over_the_limit_is_refused_and_the_sandbox_runs_on(kube: Kube, kube_namespace: str) -> None:
-    async def main() -> None:
-        settings = KubeSettings(namespace=kube_namespace, sandbox_user="root", archive_limit=64 << 10)
-        rt = KubernetesRuntime(KubeApi(load_kubeconfig(kube.kubeconfig)), settings)
-        try:
-            await rt.start(spec("hoarder", token=TOKEN))
-            (_pod_dir(kube, kube_namespace, "hoarder") / "noise").write_bytes(
-                os.urandom(256 << 10)
-            )  # does not compress
-            with pytest.raises(RuntimeFailure, match=r"was not snapshotted and runs on .* at most 0\.0625 MiB"):
-                await rt.snapshot("hoarder")
-            assert (rt.is_running("hoarder"), rt.is_snapshotted("hoarder")) == (True, False)
-            assert (await run_in_sandbox(rt, "hoarder", "echo alive", user="root", token=TOKEN)).stdout == "alive\n"
-            await rt.stop("hoarder")
-        finally:
-            await rt.aclose()
-
-    asyncio.run(main())
+async def test_an_archive_over_the_limit_is_refused_and_the_sandbox_runs_on(kube: Kube, kube_namespace: str) -> None:
+    settings = KubeSettings(namespace=kube_namespace, sandbox_user="root", archive_limit=64 << 10)
+    rt = KubernetesRuntime(KubeApi(load_kubeconfig(kube.kubeconfig)), settings)
+    try:
+        await rt.start(spec("hoarder", token=TOKEN))
+        (_pod_dir(kube, kube_namespace, "hoarder") / "noise").write_bytes(os.urandom(256 << 10))  # does not compress
+        with pytest.raises(RuntimeFailure, match=r"was not snapshotted and runs on .* at most 0\.0625 MiB"):
+            await rt.snapshot("hoarder")
+        assert (rt.is_running("hoarder"), rt.is_snapshotted("hoarder")) == (True, False)
+        assert (await run_in_sandbox(rt, "hoarder", "echo alive", user="root", token=TOKEN)).stdout == "alive\n"
+        await rt.stop("hoarder")
+    finally:
+        await rt.aclose()

@@ -32,7 +32,7 @@ from tests.sandbox_exec import run_in_sandbox
 kube = kube_fixtures.kube
 kube_namespace = kube_fixtures.kube_namespace
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 BASE = load_templates(DEFAULT_TEMPLATES)["base"]
 INIT = ExecutorInit(env_vars={"GREETING": "hello from the claim"}, access_token="claim-token")
@@ -115,7 +115,7 @@ def ready(pools: KubeWarmPools, count: int) -> Callable[[], bool]:
 
 Pools = Callable[..., contextlib.AbstractAsyncContextManager[KubeWarmPools]]
 Scenario = Callable[[Cluster, Pools], Awaitable[None]]
-Run = Callable[[Scenario], None]
+Run = Callable[[Scenario], Awaitable[None]]
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def run(kube: Kube, kube_namespace: str, template: Template) -> Run:
         finally:
             await api.aclose()
 
-    return lambda scenario: asyncio.run(main(scenario))
+    return main
 
 
 async def claim_warm_pod(cluster: Cluster, warm_pools: Pools) -> tuple[str, Any]:
@@ -159,7 +159,9 @@ async def claim_warm_pod(cluster: Cluster, warm_pools: Pools) -> tuple[str, Any]
     return sandbox_id, await cluster.sandbox_pod(sandbox_id)
 
 
-def test_the_pool_replica_set_keeps_its_target_of_pods_warm(run: Run, template: Template, start_log: Path) -> None:
+async def test_the_pool_replica_set_keeps_its_target_of_pods_warm(
+    run: Run, template: Template, start_log: Path
+) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(2, leader=True) as pools:
             await until(pools, ready(pools, 2), "two warm-ready pods")
@@ -179,10 +181,10 @@ def test_the_pool_replica_set_keeps_its_target_of_pods_warm(run: Run, template: 
             stats = pools.stats()["base"]
             assert (stats.target, stats.starting, stats.refilled, stats.failures) == (2, 0, 2, 0)
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_a_claim_moves_a_warm_pod_into_a_sandbox_and_the_pool_refills(run: Run, start_log: Path) -> None:
+async def test_a_claim_moves_a_warm_pod_into_a_sandbox_and_the_pool_refills(run: Run, start_log: Path) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True) as pools:
             await until(pools, ready(pools, 1), "a warm-ready pod")
@@ -210,10 +212,10 @@ def test_a_claim_moves_a_warm_pod_into_a_sandbox_and_the_pool_refills(run: Run, 
             assert sorted(starts(start_log)) == sorted([warm["status"]["podIP"], replacement["status"]["podIP"]])
             assert (pools.stats()["base"].claims, pools.stats()["base"].refilled) == (1, 2)
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_the_pod(
+async def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_the_pod(
     run: Run, template: Template, start_log: Path
 ) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
@@ -250,10 +252,10 @@ def test_the_sandbox_replica_set_adopts_the_claimed_pod_and_deleting_it_deletes_
 
         await wait_for_async(gone, what="the adopted pod to go with its ReplicaSet")
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again(
+async def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again(
     run: Run, template: Template, start_log: Path
 ) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
@@ -269,10 +271,10 @@ def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again(
         finally:
             await runtime.aclose()  # closes `cluster.api` too, which tolerates a second `aclose`
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
+async def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
     run: Run, template: Template, start_log: Path
 ) -> None:
     in_pod_dir = 'cd "$(readlink /proc/$PPID/cwd)"'  # the executor's cwd: the pod's directory, the archived one
@@ -317,10 +319,10 @@ def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
         finally:
             await runtime.aclose()  # closes `cluster.api` too, which tolerates a second `aclose`
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_a_resume_with_no_warm_pod_ready_starts_a_new_pod_as_before(
+async def test_a_resume_with_no_warm_pod_ready_starts_a_new_pod_as_before(
     run: Run, template: Template, start_log: Path
 ) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
@@ -340,10 +342,10 @@ def test_a_resume_with_no_warm_pod_ready_starts_a_new_pod_as_before(
         finally:
             await runtime.aclose()
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_two_claimers_racing_for_one_warm_pod_never_share_it(run: Run) -> None:
+async def test_two_claimers_racing_for_one_warm_pod_never_share_it(run: Run) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(1, leader=True) as first, warm_pools(1) as second:
             assert await second.claim("base", INIT) is None  # nothing warm yet; starts the second one's pod cache
@@ -361,10 +363,10 @@ def test_two_claimers_racing_for_one_warm_pod_never_share_it(run: Run) -> None:
                 0,
             ]
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_a_claim_on_an_empty_pool_returns_none_at_once(run: Run) -> None:
+async def test_a_claim_on_an_empty_pool_returns_none_at_once(run: Run) -> None:
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         async with warm_pools(0, leader=True) as pools:
             async with asyncio.timeout(1.0):
@@ -374,10 +376,10 @@ def test_a_claim_on_an_empty_pool_returns_none_at_once(run: Run) -> None:
             assert (stats.target, stats.ready, stats.misses) == (0, 0, 1)
             assert await cluster.pods("agent-sandbox.dev/role=warm") == []
 
-    run(scenario)
+    await run(scenario)
 
 
-def test_a_pod_whose_warming_fails_is_deleted_and_replaced(run: Run, template: Template) -> None:
+async def test_a_pod_whose_warming_fails_is_deleted_and_replaced(run: Run, template: Template) -> None:
     silent = msgspec.structs.replace(template, start=("sleep 600",))  # its port never opens
 
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
@@ -393,4 +395,4 @@ def test_a_pod_whose_warming_fails_is_deleted_and_replaced(run: Run, template: T
             assert pools.stats()["base"].ready == 0
             assert await pools.claim("base", INIT) is None
 
-    run(scenario)
+    await run(scenario)

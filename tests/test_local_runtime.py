@@ -10,24 +10,22 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
 from pool import LocalRuntime, PortClosed, Resources, RuntimeFailure
 from tests.polling import wait_for_async
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
 
+pytestmark = pytest.mark.anyio
+
 Scenario = Callable[[LocalRuntime], Awaitable[None]]
 
 
-def _run(tmp_path: Path, scenario: Scenario) -> None:
-    async def main() -> None:
-        async with local_runtime(tmp_path) as runtime:
-            await scenario(runtime)
-
-    asyncio.run(main())
+async def _run(tmp_path: Path, scenario: Scenario) -> None:
+    async with local_runtime(tmp_path) as runtime:
+        await scenario(runtime)
 
 
-def test_sandbox_sees_only_its_own_processes(tmp_path: Path) -> None:
+async def test_sandbox_sees_only_its_own_processes(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("isolatedpids"))
         result = await run_in_sandbox(
@@ -37,10 +35,10 @@ def test_sandbox_sees_only_its_own_processes(tmp_path: Path) -> None:
         assert first_pid == "1"
         assert int(count) < 10  # executor, bash, ps, wc and the header line; the host has hundreds
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_network_is_loopback_only(tmp_path: Path) -> None:
+async def test_network_is_loopback_only(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("loopbackonly"))
         interfaces = await run_in_sandbox(rt, "loopbackonly", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
@@ -51,10 +49,10 @@ def test_network_is_loopback_only(tmp_path: Path) -> None:
         assert outside.exit_code != 0
         assert "Network is unreachable" in outside.stderr
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_users_inside_are_user_and_root_but_unprivileged_on_the_host(tmp_path: Path) -> None:
+async def test_users_inside_are_user_and_root_but_unprivileged_on_the_host(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("whoami"))
         as_user = await run_in_sandbox(rt, "whoami", "id -un; echo $HOME; id -u")
@@ -68,10 +66,10 @@ def test_users_inside_are_user_and_root_but_unprivileged_on_the_host(tmp_path: P
         sysctl = await run_in_sandbox(rt, "whoami", "echo 5 > /proc/sys/kernel/printk_ratelimit", user="root")
         assert sysctl.exit_code != 0
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_writes_land_in_the_writable_layer_and_system_files_are_copy_on_write(tmp_path: Path) -> None:
+async def test_writes_land_in_the_writable_layer_and_system_files_are_copy_on_write(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("cowlayer"))
         home = await run_in_sandbox(rt, "cowlayer", "echo hi > ~/note && echo tmp > /tmp/t && cat ~/note /tmp/t")
@@ -89,10 +87,10 @@ def test_writes_land_in_the_writable_layer_and_system_files_are_copy_on_write(tm
         lower_hostnames = [d / "etc/hostname" for d in rt.images.layer_dirs(TEMPLATES["base"])]
         assert all(p.read_text() == "sandbox\n" for p in lower_hostnames if p.exists())
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_seccomp_blocks_namespaces_mounts_and_ptrace(tmp_path: Path) -> None:
+async def test_seccomp_blocks_namespaces_mounts_and_ptrace(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("seccomped"))
         for command in (
@@ -104,10 +102,10 @@ def test_seccomp_blocks_namespaces_mounts_and_ptrace(tmp_path: Path) -> None:
             result = await run_in_sandbox(rt, "seccomped", command, user="root")
             assert result.exit_code != 0, command
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_memory_limit_kills_the_hog_and_the_sandbox_lives_on(tmp_path: Path) -> None:
+async def test_memory_limit_kills_the_hog_and_the_sandbox_lives_on(tmp_path: Path) -> None:
     small = msgspec.structs.replace(TEMPLATES["base"], resources=Resources(memory_mb=96))
 
     async def scenario(rt: LocalRuntime) -> None:
@@ -118,7 +116,7 @@ def test_memory_limit_kills_the_hog_and_the_sandbox_lives_on(tmp_path: Path) -> 
         after = await run_in_sandbox(rt, "memhog", "echo still-here")
         assert after.stdout.strip() == "still-here"
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
 _FORK_UNTIL_REFUSED = """
@@ -137,7 +135,7 @@ for _ in range(100):
 """
 
 
-def test_fork_bomb_stops_at_the_pids_limit(tmp_path: Path) -> None:
+async def test_fork_bomb_stops_at_the_pids_limit(tmp_path: Path) -> None:
     small = msgspec.structs.replace(TEMPLATES["base"], resources=Resources(pids=48))
 
     async def scenario(rt: LocalRuntime) -> None:
@@ -147,10 +145,10 @@ def test_fork_bomb_stops_at_the_pids_limit(tmp_path: Path) -> None:
         assert int(forked) < 48
         assert refused == "EAGAIN"
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_server_bound_to_loopback_inside_is_reachable_and_closed_ports_are_reported(tmp_path: Path) -> None:
+async def test_server_bound_to_loopback_inside_is_reachable_and_closed_ports_are_reported(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("webserver"))
         with pytest.raises(PortClosed):
@@ -167,10 +165,10 @@ def test_server_bound_to_loopback_inside_is_reachable_and_closed_ports_are_repor
         assert response.startswith(b"HTTP/1.0 200")
         assert response.endswith(b"hello\n")
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_template_start_commands_run_in_the_background_and_start_waits_for_the_ports(tmp_path: Path) -> None:
+async def test_template_start_commands_run_in_the_background_and_start_waits_for_the_ports(tmp_path: Path) -> None:
     web = msgspec.structs.replace(
         TEMPLATES["base"],
         start=(
@@ -186,23 +184,20 @@ def test_template_start_commands_run_in_the_background_and_start_waits_for_the_p
         running = await run_in_sandbox(rt, "startcmds", "pgrep -u user -x sleep")
         assert running.exit_code == 0
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_start_fails_clearly_when_a_template_port_never_opens(tmp_path: Path) -> None:
+async def test_start_fails_clearly_when_a_template_port_never_opens(tmp_path: Path) -> None:
     closed = msgspec.structs.replace(TEMPLATES["base"], ports=(8009,))
 
-    async def main() -> None:
-        async with local_runtime(tmp_path, ports_timeout=0.3) as rt:
-            with pytest.raises(RuntimeFailure, match=r"port 8009 within 0\.3 s"):
-                await rt.start(spec("noport", closed))
-            assert not rt.is_running("noport")
-            assert not (tmp_path / "sandboxes" / "noport").exists()
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path, ports_timeout=0.3) as rt:
+        with pytest.raises(RuntimeFailure, match=r"port 8009 within 0\.3 s"):
+            await rt.start(spec("noport", closed))
+        assert not rt.is_running("noport")
+        assert not (tmp_path / "sandboxes" / "noport").exists()
 
 
-def test_frozen_sandbox_thaws_and_answers(tmp_path: Path) -> None:
+async def test_frozen_sandbox_thaws_and_answers(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(spec("freezer"))
         await rt.freeze("freezer")
@@ -211,7 +206,7 @@ def test_frozen_sandbox_thaws_and_answers(tmp_path: Path) -> None:
         assert not rt.is_frozen("freezer")
         assert (await run_in_sandbox(rt, "freezer", "echo awake")).stdout == "awake\n"
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
 def _children() -> list[int]:
@@ -234,7 +229,7 @@ def _host_footprint(tmp_path: Path) -> tuple[int, list[int], list[str]]:
     return mounts, processes, leftovers
 
 
-def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path: Path) -> None:
+async def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path: Path) -> None:
     crashed: list[str] = []
 
     async def record_exit(sandbox_id: str) -> None:
@@ -258,4 +253,4 @@ def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path: Path)
         cgroups = [p for p in Path("/sys/fs/cgroup").glob("*/agent-sandbox-test-*/*") if p.is_dir()]
         assert cgroups == []
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)

@@ -47,7 +47,7 @@ def test_a_command_past_its_timeout_is_killed_and_its_output_so_far_reported(cli
     started = time.monotonic()
     with pytest.raises(CommandTimedOut) as raised:
         asyncio.run(client.run("echo started; sleep 30", cwd="", envs={}, kill_after=0.5))
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # killed at 0.5 s, not after its 30 s
     assert "timeout of 0.5 s and was killed" in raised.value.message
     assert raised.value.message.endswith("stdout so far:\nstarted\n")
 

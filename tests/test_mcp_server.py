@@ -22,6 +22,8 @@ from mcp_types import CallToolResult, TextContent
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, RunningServer
 
+pytestmark = pytest.mark.anyio
+
 # The initialize handshake at the newest version it reaches, and the per-request envelope of 2026-07-28.
 CLIENT_MODES = {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}
 TOOLS = ["createSandbox", "getSandbox", "listSandbox", "deleteSandbox", "sandboxExecutor"]
@@ -79,12 +81,12 @@ def node_sandbox(server: RunningServer) -> Iterator[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("mode", list(CLIENT_MODES))
-def test_the_five_tools_are_listed_with_object_schemas(server: RunningServer, mode: str) -> None:
+async def test_the_five_tools_are_listed_with_object_schemas(server: RunningServer, mode: str) -> None:
     async def list_tools() -> tuple[str, list[Any]]:
         async with connect(server, mode=mode) as client:
             return client.protocol_version, (await client.list_tools()).tools
 
-    version, tools = asyncio.run(list_tools())
+    version, tools = await list_tools()
     assert version == CLIENT_MODES[mode]
     assert [tool.name for tool in tools] == TOOLS
     schemas = {tool.name: tool.input_schema for tool in tools}
@@ -134,13 +136,13 @@ def test_only_posts_to_mcp_itself_are_served(server: RunningServer) -> None:
     assert httpx.post(f"{server.url}/mcp/tools", headers=headers, json={}).status_code == 404
 
 
-def test_the_official_client_reports_a_wrong_key(server: RunningServer) -> None:
+async def test_the_official_client_reports_a_wrong_key(server: RunningServer) -> None:
     async def list_tools() -> None:
         async with connect(server, key="e2b_" + "1" * 32) as client:
             await client.list_tools()
 
     with pytest.raises(BaseExceptionGroup) as raised:
-        asyncio.run(list_tools())
+        await list_tools()
     assert raised.group_contains(MCPError, match="^invalid API key: send 'Authorization: Bearer <key>'")
 
 

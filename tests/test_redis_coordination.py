@@ -65,7 +65,7 @@ def test_lock_is_exclusive_and_a_waiter_gets_it_as_soon_as_it_is_released(redis_
                 assert time.process_time() - cpu < 0.25 * (time.monotonic() - wall)  # waiting does not spin
                 released = time.monotonic()
             assert await waiter
-            assert time.monotonic() - released < 1.0  # the next poll would have been 10 s later
+            assert time.monotonic() - released < 5.0  # the next poll would have been 10 s later
 
     asyncio.run(main())
 
@@ -110,7 +110,7 @@ def test_lock_of_a_crashed_holder_expires_after_its_ttl(redis_server: RedisServe
         async with replica(redis_server.url, "b") as (b, _):
             assert await lock_within(b, "s1", 10.0)
             waited = time.monotonic() - crashed
-            assert 0.8 < waited < 3.0, waited  # its 1.5 s TTL, renewed every 0.5 s until the kill
+            assert 0.8 < waited < 8.0, waited  # its 1.5 s TTL, renewed every 0.5 s until the kill, not held on
 
     asyncio.run(main())
 
@@ -192,7 +192,7 @@ def test_coordination_goes_on_alone_while_redis_is_down(
             a.note_activity("s1", time.time())
             assert list(await a.activity()) == ["s1"]
             assert await b.activity() == {}
-            assert time.monotonic() - began < 3.0
+            assert time.monotonic() - began < 6.0
             assert len(logged(caplog, UNREACHABLE)) == 2  # one line per replica
             assert f"redis at {redis_server.url} unreachable" in logged(caplog, UNREACHABLE)[0].getMessage()
 
@@ -244,7 +244,7 @@ def test_starts_alone_when_redis_is_down_and_joins_once_it_is_up(
     async def main() -> None:
         began = time.monotonic()
         async with replica(redis_server.url, "a", reconnect_max=0.5) as (a, _):
-            assert time.monotonic() - began < 2.0
+            assert time.monotonic() - began < 6.0
             assert len(logged(caplog, UNREACHABLE)) == 1
             assert await lock_within(a, "s1", 1.0)
             assert not logged(caplog, BACK)
@@ -264,7 +264,7 @@ def test_a_hung_redis_holds_no_call_longer_than_the_call_timeout(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
-        async with replica(redis_server.url, "a", call_timeout=0.3) as (a, _):
+        async with replica(redis_server.url, "a", call_timeout=2.0) as (a, _):
             redis_server.freeze()
             try:
                 began = time.monotonic()
@@ -272,7 +272,7 @@ def test_a_hung_redis_holds_no_call_longer_than_the_call_timeout(
                     pass
                 await a.publish_changed("s1")
                 assert await a.activity() == {}
-                assert time.monotonic() - began < 1.5  # the first call times out; the rest are not tried
+                assert time.monotonic() - began < 5.0  # the first call times out (2 s); all four would take 8 s
                 assert len(logged(caplog, UNREACHABLE)) == 1
             finally:
                 redis_server.thaw()

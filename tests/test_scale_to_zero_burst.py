@@ -7,7 +7,6 @@ once: the server in the sandbox counts every path, and nothing may be missing, d
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Iterator
 
@@ -16,6 +15,8 @@ from e2b import Sandbox
 
 from tests.scale_to_zero_fixtures import burst, counted, criu_or_skip, metric, start_counter
 from tests.server_fixtures import RunningServer
+
+pytestmark = pytest.mark.anyio
 
 HTTP, WEBSOCKETS = 1000, 100
 
@@ -33,10 +34,12 @@ def snapshotted(e2b_env: RunningServer) -> Iterator[Sandbox]:
         sbx.kill()
 
 
-def test_every_held_request_and_upgrade_is_answered_exactly_once(snapshotted: Sandbox, e2b_env: RunningServer) -> None:
+async def test_every_held_request_and_upgrade_is_answered_exactly_once(
+    snapshotted: Sandbox, e2b_env: RunningServer
+) -> None:
     activations_before = metric(e2b_env, "agent_sandbox_activations_total", result="ok")
     held_before = metric(e2b_env, "agent_sandbox_holds_total", result="resumed")
-    replies, frames = asyncio.run(burst(e2b_env.port, snapshotted.sandbox_id, HTTP, WEBSOCKETS))
+    replies, frames = await burst(e2b_env.port, snapshotted.sandbox_id, HTTP, WEBSOCKETS)
 
     assert Counter(reply.status for reply in replies) == {200: HTTP}
     assert sorted(reply.body for reply in replies) == sorted(f"/hit/{i} 1".encode() for i in range(HTTP))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -13,14 +12,16 @@ from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import counted, criu_or_skip, http_get, start_counter
 from tests.server_fixtures import RunningServer
 
+pytestmark = pytest.mark.anyio
 
-def test_pause_and_connect_keep_files_and_a_background_process_memory(e2b_env: RunningServer) -> None:
+
+async def test_pause_and_connect_keep_files_and_a_background_process_memory(e2b_env: RunningServer) -> None:
     criu_or_skip(e2b_env)
     sbx = Sandbox.create(timeout=120)
     try:
         start_counter(sbx)
         sbx.files.write("/home/user/notes.txt", "written before the pause")
-        assert asyncio.run(http_get(e2b_env.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 1"
+        assert (await http_get(e2b_env.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 1"
         assert sbx.pause() is True
         assert sbx.pause() is False  # 409: already paused
         assert sbx.get_info().state == "paused"
@@ -28,7 +29,7 @@ def test_pause_and_connect_keep_files_and_a_background_process_memory(e2b_env: R
         assert resumed.get_info().state == "running"
         assert resumed.files.read("/home/user/notes.txt") == "written before the pause"
         # the count from before the pause is still in the server's memory
-        assert asyncio.run(http_get(e2b_env.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 2"
+        assert (await http_get(e2b_env.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 2"
         assert counted(e2b_env, sbx.sandbox_id)["heap"] == 8 << 20
     finally:
         sbx.kill()

@@ -18,6 +18,8 @@ from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import Reply, http_get, metric
 from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
+pytestmark = pytest.mark.anyio
+
 ENVD = 49983
 
 
@@ -42,8 +44,10 @@ async def _gets(port: int, sandbox_id: str, count: int) -> list[Reply]:
     return list(await asyncio.gather(*(http_get(port, sandbox_id, "/health", port=ENVD) for _ in range(count))))
 
 
-def test_past_the_cap_503_with_retry_after_and_past_the_deadline_504(paused: Sandbox, tight: RunningServer) -> None:
-    replies = asyncio.run(_gets(tight.port, paused.sandbox_id, 50))
+async def test_past_the_cap_503_with_retry_after_and_past_the_deadline_504(
+    paused: Sandbox, tight: RunningServer
+) -> None:
+    replies = await _gets(tight.port, paused.sandbox_id, 50)
     statuses = Counter(reply.status for reply in replies)
     assert set(statuses) <= {503, 504, 204}, statuses
     assert statuses[503] >= 40
@@ -52,10 +56,10 @@ def test_past_the_cap_503_with_retry_after_and_past_the_deadline_504(paused: San
     assert metric(tight, "agent_sandbox_holds_total", result="queue_full") >= statuses[503]
     assert metric(tight, "agent_sandbox_holds_total", result="timeout") >= statuses[504]
     wait_for(lambda: paused.get_info().state == "running", what="the restore to finish without any waiter")
-    assert asyncio.run(http_get(tight.port, paused.sandbox_id, "/health", port=ENVD)).status == 204
+    assert (await http_get(tight.port, paused.sandbox_id, "/health", port=ENVD)).status == 204
 
 
-def test_a_paused_sandbox_without_auto_resume_is_not_held(
+async def test_a_paused_sandbox_without_auto_resume_is_not_held(
     tight: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     point_e2b_at(tight, monkeypatch)
@@ -63,7 +67,7 @@ def test_a_paused_sandbox_without_auto_resume_is_not_held(
     try:
         assert sbx.pause()
         held_before = sum(metric(tight, "agent_sandbox_holds_total", result=r) for r in ("resumed", "timeout"))
-        reply = asyncio.run(http_get(tight.port, sbx.sandbox_id, "/health", port=ENVD))
+        reply = await http_get(tight.port, sbx.sandbox_id, "/health", port=ENVD)
         assert reply.status == 502
         assert b"was not found" in reply.body
         assert sum(metric(tight, "agent_sandbox_holds_total", result=r) for r in ("resumed", "timeout")) == held_before

@@ -5,7 +5,6 @@ The module's server runs one sandbox at a time, so its health counts say which s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,8 @@ from e2b import Sandbox, SandboxQuery, SandboxState
 from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter
 from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
+
+pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +35,18 @@ def _in(server: RunningServer, state: str) -> bool:
     return sandboxes_by_state(server)[state] == 1
 
 
-def test_an_idle_sandbox_freezes_then_snapshots_and_still_reads_as_running(idle_env: RunningServer) -> None:
+async def test_an_idle_sandbox_freezes_then_snapshots_and_still_reads_as_running(idle_env: RunningServer) -> None:
     criu_or_skip(idle_env)
     sbx = Sandbox.create(timeout=120)
     try:
         start_counter(sbx)
-        first = asyncio.run(http_get(idle_env.port, sbx.sandbox_id, "/hit/a"))
+        first = await http_get(idle_env.port, sbx.sandbox_id, "/hit/a")
         wait_for(lambda: _in(idle_env, "paused"), what="the idle freeze")
         assert sbx.get_info().state == "running"  # transparent
         wait_for(lambda: _in(idle_env, "snapshotted"), what="the idle snapshot")
         listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
         assert sbx.sandbox_id in {s.sandbox_id for s in listed}
-        second = asyncio.run(http_get(idle_env.port, sbx.sandbox_id, "/hit/a"))  # wakes it: restore
+        second = await http_get(idle_env.port, sbx.sandbox_id, "/hit/a")  # wakes it: restore
         assert (first.body, second.body) == (b"/hit/a 1", b"/hit/a 2")  # its memory came back
         assert _in(idle_env, "running")
     finally:
@@ -64,8 +65,8 @@ def test_a_running_command_is_not_paused_under_its_caller(idle_env: RunningServe
                 time.sleep(0.2)
             result = command.result()
         assert result.stdout == "finished\n"
-        assert time.monotonic() - began < 10
-        assert len(states) > 10
+        assert time.monotonic() - began < 30  # not held up by a pause of its sandbox
+        assert len(states) >= 4  # samples over its 4 s, however slowly /health answers
         assert all(counts["running"] == 1 for counts in states), states  # never paused while it ran
     finally:
         sbx.kill()

@@ -9,7 +9,6 @@ Only the frozen one's template idles (after 1 s): the others never do, however s
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import signal
 from pathlib import Path
@@ -21,6 +20,8 @@ from gateway._settings import DEFAULT_TEMPLATES
 from tests.polling import wait_for
 from tests.scale_to_zero_fixtures import criu_or_skip, http_get, sandboxes_by_state, start_counter
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server
+
+pytestmark = pytest.mark.anyio
 
 DOZES = 'name = "dozes"\nparent = "base"\npause_after = 1\n'  # base, frozen after 1 idle second
 
@@ -35,11 +36,11 @@ def flags(tmp_path: Path) -> tuple[str, ...]:
     return ("--templates", str(templates), "--snapshot-after", "0")
 
 
-def _prepare(server: RunningServer, name: str, template: str = "base") -> Sandbox:
+async def _prepare(server: RunningServer, name: str, template: str = "base") -> Sandbox:
     sbx = Sandbox.create(template, timeout=300, metadata={"name": name})
     start_counter(sbx)
     sbx.files.write("/home/user/name.txt", name)
-    assert asyncio.run(http_get(server.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 1"
+    assert (await http_get(server.port, sbx.sandbox_id, "/hit/x")).body == b"/hit/x 1"
     return sbx
 
 
@@ -47,17 +48,17 @@ def _use(monkeypatch: pytest.MonkeyPatch, server: RunningServer) -> None:
     point_e2b_at(server, monkeypatch)
 
 
-def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
+async def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
     data_dir: Path, flags: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with running_server(data_dir, *flags) as first:
         _use(monkeypatch, first)
         criu_or_skip(first)
-        frozen = _prepare(first, "frozen", "dozes")
+        frozen = await _prepare(first, "frozen", "dozes")
         wait_for(lambda: sandboxes_by_state(first)["paused"] == 1, what="the idle freeze")
-        snapshotted = _prepare(first, "snapshotted")
+        snapshotted = await _prepare(first, "snapshotted")
         assert snapshotted.pause()
-        running = _prepare(first, "running")
+        running = await _prepare(first, "running")
         assert sandboxes_by_state(first) == {"running": 1, "paused": 1, "snapshotted": 1}
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # killed, not stopped cleanly
 
@@ -68,6 +69,6 @@ def test_sigkill_and_restart_keep_every_sandbox_its_files_and_its_memory(
             assert states == {"frozen": "running", "snapshotted": "paused", "running": "running"}
             Sandbox.connect(snapshotted.sandbox_id)
             for sbx, name in ((frozen, "frozen"), (snapshotted, "snapshotted"), (running, "running")):
-                reply = asyncio.run(http_get(second.port, sbx.sandbox_id, "/hit/x"))
+                reply = await http_get(second.port, sbx.sandbox_id, "/hit/x")
                 assert (name, reply.status, reply.body) == (name, 200, b"/hit/x 2")
                 assert Sandbox.connect(sbx.sandbox_id).files.read("/home/user/name.txt") == name

@@ -7,7 +7,6 @@ it again and waits for its ports.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,8 @@ import pytest
 from pool import AUTOSTART_ENV, AUTOSTART_FILE, ExecutorInit, LocalRuntime, SandboxSpec
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime
 from tests.sandbox_exec import run_in_sandbox
+
+pytestmark = pytest.mark.anyio
 
 _TOKEN = "autostart-token"
 _PORT = 8100
@@ -52,15 +53,12 @@ async def _start_detached(rt: LocalRuntime, sandbox_id: str, command: str, env: 
     )
 
 
-def _run(tmp_path: Path, scenario: Callable[[LocalRuntime], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with local_runtime(tmp_path, criu=False) as rt:
-            await scenario(rt)
-
-    asyncio.run(main())
+async def _run(tmp_path: Path, scenario: Callable[[LocalRuntime], Awaitable[None]]) -> None:
+    async with local_runtime(tmp_path, criu=False) as rt:
+        await scenario(rt)
 
 
-def test_a_restore_from_files_starts_the_autostart_command_and_waits_for_its_port(tmp_path: Path) -> None:
+async def test_a_restore_from_files_starts_the_autostart_command_and_waits_for_its_port(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(_spec("auto"))
         await _declare(rt, "auto", json.dumps({"command": _COMMAND, "ports": [_PORT]}))
@@ -74,17 +72,19 @@ def test_a_restore_from_files_starts_the_autostart_command_and_waits_for_its_por
         await rt.restore(_spec("auto"))
         assert await http_get(rt, "auto", _PORT, "/runs") == b"run\nrun\nrun\n"
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_an_unmarked_server_would_be_lost_so_it_keeps_the_sandbox_from_a_files_only_snapshot(tmp_path: Path) -> None:
+async def test_an_unmarked_server_would_be_lost_so_it_keeps_the_sandbox_from_a_files_only_snapshot(
+    tmp_path: Path,
+) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(_spec("unmarked"))
         await _declare(rt, "unmarked", json.dumps({"command": _COMMAND, "ports": [_PORT]}))
         await _start_detached(rt, "unmarked", _COMMAND)
         assert not rt.snapshot_keeps_processes("unmarked")
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_an_unmarked_server_would_be_lost_so_it_keeps_the_sandbox_from_a_files_o
         pytest.param(json.dumps({"command": "sleep 600", "ports": [_PORT]}), id="port-never-opens"),
     ],
 )
-def test_a_missing_or_broken_autostart_does_not_keep_the_sandbox_from_coming_back(
+async def test_a_missing_or_broken_autostart_does_not_keep_the_sandbox_from_coming_back(
     tmp_path: Path, content: str | None
 ) -> None:
     async def scenario(rt: LocalRuntime) -> None:
@@ -107,8 +107,5 @@ def test_a_missing_or_broken_autostart_does_not_keep_the_sandbox_from_coming_bac
         await rt.restore(_spec("broken"))
         assert (await _sh(rt, "broken", "cat ~/note")) == "kept\n"
 
-    async def main() -> None:
-        async with local_runtime(tmp_path, criu=False, ports_timeout=1.0) as rt:
-            await scenario(rt)
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path, criu=False, ports_timeout=1.0) as rt:
+        await scenario(rt)

@@ -5,7 +5,6 @@ The runtime here has CRIU turned off (`criu_dir=None`), as on a machine without 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import pytest
 from pool import ExecutorInit, LocalRuntime, RuntimeFailure, SandboxGone, SandboxSpec
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, sandbox_footprint
 from tests.sandbox_exec import run_in_sandbox
+
+pytestmark = pytest.mark.anyio
 
 # A template whose start command counts its runs in a file and serves the home directory on port 8008.
 SERVED = msgspec.structs.replace(
@@ -30,15 +31,12 @@ def served(sandbox_id: str) -> SandboxSpec:
     return SandboxSpec(sandbox_id=sandbox_id, template=SERVED, init=init)
 
 
-def _run(tmp_path: Path, scenario: Callable[[LocalRuntime], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with local_runtime(tmp_path, criu=False) as rt:
-            await scenario(rt)
-
-    asyncio.run(main())
+async def _run(tmp_path: Path, scenario: Callable[[LocalRuntime], Awaitable[None]]) -> None:
+    async with local_runtime(tmp_path, criu=False) as rt:
+        await scenario(rt)
 
 
-def test_snapshot_keeps_files_and_restore_reruns_init_and_start_commands(tmp_path: Path) -> None:
+async def test_snapshot_keeps_files_and_restore_reruns_init_and_start_commands(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(served("files"))
         assert await http_get(rt, "files", 8008, "/starts") == b"started\n"  # start waited for the port
@@ -57,10 +55,10 @@ def test_snapshot_keeps_files_and_restore_reruns_init_and_start_commands(tmp_pat
         after = await run_in_sandbox(rt, "files", "echo $GREETING; tail -1 /etc/motd", token=_TOKEN)
         assert after.stdout.split() == ["hello", "etc"]
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_a_frozen_sandbox_is_snapshotted_and_comes_back_thawed(tmp_path: Path) -> None:
+async def test_a_frozen_sandbox_is_snapshotted_and_comes_back_thawed(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(served("frozen"))
         await rt.freeze("frozen")
@@ -70,10 +68,10 @@ def test_a_frozen_sandbox_is_snapshotted_and_comes_back_thawed(tmp_path: Path) -
         assert not rt.is_frozen("frozen")
         assert await http_get(rt, "frozen", 8008, "/starts") == b"started\nstarted\n"
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_only_a_sandbox_running_nothing_but_its_template_keeps_its_processes(tmp_path: Path) -> None:
+async def test_only_a_sandbox_running_nothing_but_its_template_keeps_its_processes(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         await rt.start(served("census"))
         assert rt.capabilities().snapshot_kind == "filesystem"
@@ -87,10 +85,10 @@ def test_only_a_sandbox_running_nothing_but_its_template_keeps_its_processes(tmp
         await rt.snapshot("census")
         assert rt.snapshot_keeps_processes("census")  # nothing left to lose
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_snapshot_and_restore_are_idempotent_and_say_what_is_wrong(tmp_path: Path) -> None:
+async def test_snapshot_and_restore_are_idempotent_and_say_what_is_wrong(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         with pytest.raises(SandboxGone):
             await rt.restore(served("never"))
@@ -110,4 +108,4 @@ def test_snapshot_and_restore_are_idempotent_and_say_what_is_wrong(tmp_path: Pat
         assert not rt.is_snapshotted("twice")
         assert not (tmp_path / "sandboxes" / "twice").exists()
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)

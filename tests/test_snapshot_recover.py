@@ -18,6 +18,8 @@ from tests.runtime_fixtures import http_get, local_runtime, new_runtime, require
 from tests.sandbox_exec import run_in_sandbox
 from tests.test_snapshot_filesystem import SERVED, served
 
+pytestmark = pytest.mark.anyio
+
 
 @pytest.fixture
 def launchers() -> Iterator[list[subprocess.Popen[bytes]]]:
@@ -28,98 +30,83 @@ def launchers() -> Iterator[list[subprocess.Popen[bytes]]]:
         process.wait(10)
 
 
-def _before_the_crash(
+async def _before_the_crash(
     tmp_path: Path, criu: bool, sandbox_id: str, launchers: list[subprocess.Popen[bytes]], *, snapshot: bool
 ) -> None:
     """A runtime starts a sandbox (and snapshots it), then is abandoned like a killed server."""
 
-    async def main() -> None:
-        rt = new_runtime(runtime_settings(tmp_path, criu=criu))
-        await asyncio.to_thread(rt.images.build, SERVED, lambda _line: None)  # no-op when built
-        await rt.start(served(sandbox_id))
-        await run_in_sandbox(rt, sandbox_id, "echo mine > ~/note", token="secret-token")
-        if snapshot:
-            await rt.snapshot(sandbox_id)
-        launchers.extend(box.process for box in rt._sandboxes.values() if box.process is not None)
-        rt.close()
-
-    asyncio.run(main())
+    rt = new_runtime(runtime_settings(tmp_path, criu=criu))
+    await asyncio.to_thread(rt.images.build, SERVED, lambda _line: None)  # no-op when built
+    await rt.start(served(sandbox_id))
+    await run_in_sandbox(rt, sandbox_id, "echo mine > ~/note", token="secret-token")
+    if snapshot:
+        await rt.snapshot(sandbox_id)
+    launchers.extend(box.process for box in rt._sandboxes.values() if box.process is not None)
+    rt.close()
 
 
 @pytest.mark.parametrize("criu", [True, False], ids=["criu", "filesystem"])
-def test_a_restarted_runtime_finds_a_snapshotted_sandbox_and_restores_it_with_its_files(
+async def test_a_restarted_runtime_finds_a_snapshotted_sandbox_and_restores_it_with_its_files(
     tmp_path: Path, criu: bool, launchers: list[subprocess.Popen[bytes]]
 ) -> None:
     if criu:
         require_criu()
-    _before_the_crash(tmp_path, criu, "kept", launchers, snapshot=True)
+    await _before_the_crash(tmp_path, criu, "kept", launchers, snapshot=True)
 
-    async def main() -> None:
-        async with local_runtime(tmp_path, criu=criu) as rt:
-            assert await rt.recover() == set()
-            assert rt.snapshotted_ids() == {"kept"}
-            await rt.restore(served("kept"))
-            assert await http_get(rt, "kept", 8008, "/note") == b"mine\n"
-            starts = await http_get(rt, "kept", 8008, "/starts")
-            assert starts == (b"started\n" if criu else b"started\nstarted\n")  # CRIU kept the server running
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path, criu=criu) as rt:
+        assert await rt.recover() == set()
+        assert rt.snapshotted_ids() == {"kept"}
+        await rt.restore(served("kept"))
+        assert await http_get(rt, "kept", 8008, "/note") == b"mine\n"
+        starts = await http_get(rt, "kept", 8008, "/starts")
+        assert starts == (b"started\n" if criu else b"started\nstarted\n")  # CRIU kept the server running
 
 
-def test_a_snapshot_interrupted_by_a_crash_is_finished_after_the_restart(
+async def test_a_snapshot_interrupted_by_a_crash_is_finished_after_the_restart(
     tmp_path: Path, launchers: list[subprocess.Popen[bytes]]
 ) -> None:
-    _before_the_crash(tmp_path, False, "half", launchers, snapshot=False)
+    await _before_the_crash(tmp_path, False, "half", launchers, snapshot=False)
     directory = tmp_path / "sandboxes" / "half"
     # What a crash in the middle of a CRIU dump leaves: the intent recorded, half an image, processes alive.
     (directory / "snapshot.json").write_text('{"kind": "criu", "seconds": 0.0, "image_bytes": 0}')
     (directory / "checkpoint.new").mkdir()
     (directory / "checkpoint.new" / "pages-1.img").write_bytes(b"\0" * 4096)
 
-    async def main() -> None:
-        async with local_runtime(tmp_path, criu=False) as rt:
-            assert await rt.recover() == set()
-            assert rt.snapshotted_ids() == {"half"}
-            assert not (directory / "checkpoint.new").exists()
-            assert b'"filesystem"' in (directory / "snapshot.json").read_bytes()  # no memory image survived
-            await rt.restore(served("half"))
-            assert await http_get(rt, "half", 8008, "/note") == b"mine\n"
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path, criu=False) as rt:
+        assert await rt.recover() == set()
+        assert rt.snapshotted_ids() == {"half"}
+        assert not (directory / "checkpoint.new").exists()
+        assert b'"filesystem"' in (directory / "snapshot.json").read_bytes()  # no memory image survived
+        await rt.restore(served("half"))
+        assert await http_get(rt, "half", 8008, "/note") == b"mine\n"
 
 
-def test_a_running_sandbox_is_readopted_with_its_start_commands_known(
+async def test_a_running_sandbox_is_readopted_with_its_start_commands_known(
     tmp_path: Path, launchers: list[subprocess.Popen[bytes]]
 ) -> None:
-    _before_the_crash(tmp_path, False, "alive", launchers, snapshot=False)
+    await _before_the_crash(tmp_path, False, "alive", launchers, snapshot=False)
     stale = tmp_path / "sandboxes" / "alive" / "checkpoint"
     stale.mkdir()  # what a crash right after a complete restore leaves
     (stale / "inventory.img").write_bytes(b"stale")
 
-    async def main() -> None:
-        async with local_runtime(tmp_path, criu=False) as rt:
-            assert await rt.recover() == {"alive"}
-            assert await http_get(rt, "alive", 8008, "/note") == b"mine\n"
-            assert not stale.exists()
-            assert rt.snapshot_keeps_processes("alive")  # the start command's server is still the template's
-            assert (await rt.snapshot("alive")).kind == "filesystem"
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path, criu=False) as rt:
+        assert await rt.recover() == {"alive"}
+        assert await http_get(rt, "alive", 8008, "/note") == b"mine\n"
+        assert not stale.exists()
+        assert rt.snapshot_keeps_processes("alive")  # the start command's server is still the template's
+        assert (await rt.snapshot("alive")).kind == "filesystem"
 
 
-def test_a_dump_complete_but_not_yet_in_place_is_kept_after_the_restart(
+async def test_a_dump_complete_but_not_yet_in_place_is_kept_after_the_restart(
     tmp_path: Path, launchers: list[subprocess.Popen[bytes]]
 ) -> None:
     require_criu()
-    _before_the_crash(tmp_path, True, "dumped", launchers, snapshot=True)
+    await _before_the_crash(tmp_path, True, "dumped", launchers, snapshot=True)
     directory = tmp_path / "sandboxes" / "dumped"
     (directory / "checkpoint").rename(directory / "checkpoint.new")  # the crash came before the rename
 
-    async def main() -> None:
-        async with local_runtime(tmp_path) as rt:
-            assert await rt.recover() == set()
-            assert rt.snapshotted_ids() == {"dumped"}
-            await rt.restore(served("dumped"))
-            assert await http_get(rt, "dumped", 8008, "/starts") == b"started\n"  # memory kept: no second start
-
-    asyncio.run(main())
+    async with local_runtime(tmp_path) as rt:
+        assert await rt.recover() == set()
+        assert rt.snapshotted_ids() == {"dumped"}
+        await rt.restore(served("dumped"))
+        assert await http_get(rt, "dumped", 8008, "/starts") == b"started\n"  # memory kept: no second start

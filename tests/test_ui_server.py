@@ -17,6 +17,8 @@ from tests.polling import wait_for
 from tests.server_fixtures import RunningServer, wait_for_port
 from tests.ui_fixtures import new_key, sdk_options, sign_in, ui_server_fixture, ui_url
 
+pytestmark = pytest.mark.anyio
+
 __all__ = ["ui_server_fixture"]  # a fixture, used by name
 
 
@@ -108,7 +110,7 @@ def _terminal(server: RunningServer, sandbox: Sandbox, *, csrf: str, origin: str
 
 
 @pytest.mark.parametrize("case", ["foreign-origin", "no-csrf", "no-session"])
-def test_the_terminal_refuses_a_handshake_without_origin_session_and_token(
+async def test_the_terminal_refuses_a_handshake_without_origin_session_and_token(
     ui_server: RunningServer, sandbox: Sandbox, client: tuple[httpx.Client, str], case: str
 ) -> None:
     http, csrf = client
@@ -122,11 +124,11 @@ def test_the_terminal_refuses_a_handshake_without_origin_session_and_token(
             pass
 
     with pytest.raises(websockets.InvalidStatus) as refused:
-        asyncio.run(handshake())
+        await handshake()
     assert refused.value.response.status_code == 403
 
 
-def test_the_terminal_runs_a_shell_and_kills_it_when_closed(
+async def test_the_terminal_runs_a_shell_and_kills_it_when_closed(
     ui_server: RunningServer, sandbox: Sandbox, client: tuple[httpx.Client, str]
 ) -> None:
     http, csrf = client
@@ -143,7 +145,7 @@ def test_the_terminal_runs_a_shell_and_kills_it_when_closed(
                     seen += frame.decode(errors="replace") if isinstance(frame, bytes) else frame
             return seen
 
-    output = asyncio.run(session())
+    output = await session()
     assert "30 100" in output  # the resize reached the PTY
     processes = f"/ui/api/sandboxes/{sandbox.sandbox_id}/processes"
     wait_for(

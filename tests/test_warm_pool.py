@@ -20,6 +20,8 @@ from pool._warm import WarmPools, WarmRuntime
 from tests.runtime_fixtures import TEMPLATES, local_runtime
 from tests.sandbox_exec import run_in_sandbox
 
+pytestmark = pytest.mark.anyio
+
 BASE = TEMPLATES["base"]
 # A template whose extra layer was never built: every start fails with "template 'unbuilt' is not built".
 UNBUILT = replace(BASE, name="unbuilt", layers=(*BASE.layers, AptLayer(packages=["no-such-package-xyz"])))
@@ -27,12 +29,9 @@ UNBUILT = replace(BASE, name="unbuilt", layers=(*BASE.layers, AptLayer(packages=
 Scenario = Callable[[LocalRuntime], Awaitable[None]]
 
 
-def _run(tmp_path: Path, scenario: Scenario) -> None:
-    async def main() -> None:
-        async with local_runtime(tmp_path) as runtime:
-            await scenario(runtime)
-
-    asyncio.run(main())
+async def _run(tmp_path: Path, scenario: Scenario) -> None:
+    async with local_runtime(tmp_path) as runtime:
+        await scenario(runtime)
 
 
 @asynccontextmanager
@@ -78,7 +77,7 @@ async def _status(runtime: LocalRuntime, sandbox_id: str, path: str, token: str 
     return int(status.split()[1])
 
 
-def test_pool_fills_to_its_target_with_sandbox_ids_and_stops_there(tmp_path: Path) -> None:
+async def test_pool_fills_to_its_target_with_sandbox_ids_and_stops_there(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 3}) as pools:
             await _full(pools)
@@ -88,10 +87,10 @@ def test_pool_fills_to_its_target_with_sandbox_ids_and_stops_there(tmp_path: Pat
             assert all(re.fullmatch(r"[a-z0-9]{20}", sandbox_id) for sandbox_id in rt.sandbox_ids())
             assert pools.stats()["unbuilt"].target == 0  # no override, and the template's own `warm` is 0
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_claim_applies_env_vars_and_token_to_the_running_sandbox(tmp_path: Path) -> None:
+async def test_claim_applies_env_vars_and_token_to_the_running_sandbox(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 2}) as pools:
             await _full(pools)
@@ -106,10 +105,10 @@ def test_claim_applies_env_vars_and_token_to_the_running_sandbox(tmp_path: Path)
             assert await _status(rt, sandbox_id, "/envs", token="wrong") == 401
             assert await _status(rt, sandbox_id, "/envs", token="tok123") == 200
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_pool_refills_after_a_claim(tmp_path: Path) -> None:
+async def test_pool_refills_after_a_claim(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 1}) as pools:
             await _full(pools)
@@ -120,10 +119,10 @@ def test_pool_refills_after_a_claim(tmp_path: Path) -> None:
             assert set(rt.sandbox_ids()) - {claimed}, "the refill is a new sandbox"
             assert pools.stats()["base"].claims == 1
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_claims_past_the_target_return_none_and_the_pool_recovers(tmp_path: Path) -> None:
+async def test_claims_past_the_target_return_none_and_the_pool_recovers(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 2}) as pools:
             await _full(pools)
@@ -137,10 +136,10 @@ def test_claims_past_the_target_return_none_and_the_pool_recovers(tmp_path: Path
             assert await pools.claim("base", ExecutorInit()) is not None
             assert await pools.claim("nosuchtemplate", ExecutorInit()) is None
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_a_miss_holds_refills_back_while_the_caller_cold_starts(tmp_path: Path) -> None:
+async def test_a_miss_holds_refills_back_while_the_caller_cold_starts(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 1}) as pools:
             await _full(pools)  # also measures how long a start takes, which is how long a miss holds refills
@@ -150,10 +149,10 @@ def test_a_miss_holds_refills_back_while_the_caller_cold_starts(tmp_path: Path) 
             assert pools.stats()["base"].starting == 0, "the refill the hit asked for waits for the cold start"
             await _full(pools)
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_concurrent_claims_never_share_a_sandbox(tmp_path: Path) -> None:
+async def test_concurrent_claims_never_share_a_sandbox(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 3}) as pools:
             got: list[str | None] = []
@@ -165,10 +164,10 @@ def test_concurrent_claims_never_share_a_sandbox(tmp_path: Path) -> None:
             assert len(set(claimed)) == len(claimed)
             assert set(claimed) <= set(rt.sandbox_ids())
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_a_dead_warm_sandbox_is_stopped_and_the_next_one_claimed(tmp_path: Path) -> None:
+async def test_a_dead_warm_sandbox_is_stopped_and_the_next_one_claimed(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 2}, max_starting=1) as pools:
             await _full(pools)
@@ -178,10 +177,10 @@ def test_a_dead_warm_sandbox_is_stopped_and_the_next_one_claimed(tmp_path: Path)
             assert claimed not in (None, oldest)
             assert pools.stats()["base"].discarded == 1
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_close_stops_every_unclaimed_sandbox_and_keeps_the_claimed_ones(tmp_path: Path) -> None:
+async def test_close_stops_every_unclaimed_sandbox_and_keeps_the_claimed_ones(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
         async with _refilling(rt, {"base": 2}) as pools:
             await _full(pools)
@@ -191,10 +190,10 @@ def test_close_stops_every_unclaimed_sandbox_and_keeps_the_claimed_ones(tmp_path
         assert rt.sandbox_ids() == [claimed]
         assert await pools.claim("base", ExecutorInit()) is None
 
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
-def test_failing_refills_back_off_and_do_not_hold_up_other_templates(
+async def test_failing_refills_back_off_and_do_not_hold_up_other_templates(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario(rt: LocalRuntime) -> None:
@@ -210,7 +209,7 @@ def test_failing_refills_back_off_and_do_not_hold_up_other_templates(
         assert "is not built" in caplog.text
 
     caplog.set_level(logging.WARNING, logger="pool.warm")
-    _run(tmp_path, scenario)
+    await _run(tmp_path, scenario)
 
 
 @pytest.mark.parametrize(
