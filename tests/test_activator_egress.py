@@ -3,10 +3,11 @@ where the runtime cannot enforce them."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from activator import InvalidRequest, SandboxNotFound, Store
-from activator._records import Egress
+from activator import InvalidRequest, SandboxNotFound, SandboxRecord, Store
+from activator._records import Egress, Ingress
 from pool import ALL_TRAFFIC, EgressRules
 from tests import test_activator_fakes as fakes
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, request
@@ -88,3 +89,11 @@ async def test_rules_a_runtime_cannot_enforce_are_refused_before_anything_starts
     with pytest.raises(InvalidRequest, match=REFUSAL):
         await acts.update_network("alice", record.id, NO_INTERNET, allow_internet_access=False)
     await acts.update_network("alice", record.id, Egress(), allow_internet_access=True)
+
+
+def test_a_record_stored_before_the_network_options_reads_as_public_with_the_internet() -> None:
+    old = b'{"id":"a1","owner":"k","template":"base","alias":"base","state":"running","created_at":1.0,' \
+        b'"started_at":1.0,"end_at":2.0,"timeout":1.0,"allow_internet_access":null}'  # fmt: skip
+    record = msgspec.json.decode(old, type=SandboxRecord)
+    assert (record.egress, record.ingress) == (Egress(), Ingress())
+    assert record.egress.rules == EgressRules()
