@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from executor._metrics import Metrics
 from tests.executor_fixtures import Envd, envd_fixture, run_executor  # noqa: F401 - fixtures
 
 METRICS = {"ts", "cpu_count", "cpu_used_pct", "mem_total", "mem_used", "mem_cache", "mem_total_mib", "mem_used_mib"}
@@ -37,6 +38,46 @@ def test_metrics_report_cpu_memory_and_disk(envd: Envd) -> None:
     assert METRICS | {"disk_used", "disk_total"} <= set(metrics)
     assert metrics["mem_total"] >= metrics["mem_used"] > 0
     assert 0 <= metrics["cpu_used_pct"] <= 100
+
+
+def test_metrics_report_the_sandboxs_own_limits_not_the_hosts(envd: Envd) -> None:
+    """The `base` template's 1 CPU and 1024 MiB, read from the sandbox's own cgroup at /sys/fs/cgroup."""
+    with envd.client() as client:
+        metrics = client.get("/metrics").json()
+    assert (metrics["cpu_count"], metrics["mem_total"], metrics["mem_total_mib"]) == (1, 1024 << 20, 1024)
+    assert 0 < metrics["mem_used"] < metrics["mem_total"]
+
+
+def _cgroup(root: Path, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"cpu.max": "150000 100000\n", "cpu.stat": "usage_usec 5\n", "memory.max": "536870912\n",
+         "memory.current": "1048576\n", "memory.stat": "anon 1\nfile 4096\n"},
+        {"cpu/cpu.cfs_quota_us": "150000\n", "cpu/cpu.cfs_period_us": "100000\n", "cpuacct/cpuacct.usage": "5000\n",
+         "memory/memory.limit_in_bytes": "536870912\n", "memory/memory.usage_in_bytes": "1048576\n",
+         "memory/memory.stat": "cache 4096\nrss 1\n"},
+    ],
+    ids=["cgroup v2", "cgroup v1"],
+)  # fmt: skip
+def test_metrics_read_either_cgroup_layout(tmp_path: Path, files: dict[str, str]) -> None:
+    metrics = Metrics(_cgroup(tmp_path, files)).snapshot()
+    assert (metrics["cpu_count"], metrics["mem_total"], metrics["mem_used"], metrics["mem_cache"]) == (
+        2, 512 << 20, 1 << 20, 4096
+    )  # fmt: skip
+
+
+def test_metrics_without_a_cgroup_limit_fall_back_to_the_machine(tmp_path: Path) -> None:
+    unlimited = {"cpu.max": "max 100000\n", "memory.max": "max\n", "memory.current": "1048576\n"}
+    metrics = Metrics(_cgroup(tmp_path, unlimited)).snapshot()
+    assert (metrics["cpu_count"], metrics["mem_used"]) == (os.cpu_count(), 1 << 20)
+    assert metrics["mem_total"] == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_init_env_vars_reach_new_processes_and_requests_override_them(fresh: Envd) -> None:

@@ -111,6 +111,16 @@ class SandboxCgroup:
         (self._dir("cpu") / "cpu.cfs_period_us").write_text(str(_CFS_PERIOD_US))
         (self._dir("cpu") / "cpu.cfs_quota_us").write_text(str(quota))
 
+    def sandbox_view(self) -> list[tuple[str, str]]:
+        """(host directory, path inside) of what the sandbox sees read-only at /sys/fs/cgroup: its own cgroup.
+
+        envd's /metrics reads its CPUs, memory and usage there (as in a container): v2 is the one directory, v1
+        the cpu, cpuacct and memory directories under their controller names, as a v1 host mounts them.
+        """
+        if self._v2:
+            return [(str(self._dirs["unified"]), "/sys/fs/cgroup")]
+        return [(str(self._dir(c)), f"/sys/fs/cgroup/{c}") for c in ("cpu", "cpuacct", "memory")]
+
     def procs_files(self) -> list[str]:
         """The `cgroup.procs` files a new process writes "0" to, to join every controller."""
         return [str(d / "cgroup.procs") for d in sorted(set(self._dirs.values()))]

@@ -38,13 +38,16 @@ ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int) -> list[str]:
+def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: list[tuple[str, str]]) -> list[str]:
+    """`cgroup_view`: the sandbox's own cgroup directories and where they appear, read-only, on a tmpfs /sys."""
     caps = [arg for cap in SANDBOX_CAPABILITIES for arg in ("--cap-add", f"CAP_{cap}")]
+    cgroups = [arg for host, inside in cgroup_view for arg in ("--ro-bind", host, inside)]
     return [
         "bwrap",
         "--bind", str(ROOT_MOUNTPOINT), "/",
         "--proc", "/proc",
         "--dev", "/dev",
+        "--tmpfs", "/sys", "--dir", "/sys/fs", "--dir", "/sys/fs/cgroup", *cgroups,  # --dir: 0755, for `user` too
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
         "--hostname", "sandbox",
         "--new-session",
@@ -116,7 +119,7 @@ def _spawn(box: Sandbox, layers: list[Path], seccomp: bytes, status_w: int, read
     os.write(seccomp_w, seccomp)
     os.close(seccomp_w)
     userns_fd = create_userns(box.slot)
-    argv = bwrap_argv(seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w)
+    argv = bwrap_argv(seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w, cgroup_view=box.cgroup.sandbox_view())
     steps = launcher_steps(
         sandbox_dir=box.directory, layers=layers, userns_fd=userns_fd, cgroup_procs=box.cgroup.procs_files()
     )
