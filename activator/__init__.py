@@ -10,19 +10,32 @@ from activator._e2b import ACTIVATOR, API_KEYS, MAX_BODY_BYTES, e2b_error_respon
 from activator._errors import (
     ActivatorError,
     ClientGone,
+    GuestUnresponsive,
     HoldQueueFull,
     HoldTimeout,
+    IdempotencyConflict,
+    IdempotencyMismatch,
     InvalidRequest,
     PortNotOpen,
     SandboxConflict,
     SandboxNotFound,
 )
 from activator._holds import CLIENT_GONE
+from activator._idempotency import IDEMPOTENCY_TTL, ClaimedKey, Idempotency, KeyLedger
 from activator._keys import KEY_PATTERN, ApiKeys
 from activator._kube_store import KubeStore
 from activator._logs import LogLine
 from activator._mcp import McpServer, SandboxUrls
-from activator._records import ApiKey, CreateRequest, Ingress, Lifecycle, SandboxRecord, SandboxState, new_sandbox_id
+from activator._metrics_ring import SAMPLE_INTERVAL, SAMPLES_KEPT, Sample
+from activator._records import (
+    ApiKey,
+    CreateRequest,
+    Ingress,
+    Lifecycle,
+    SandboxRecord,
+    SandboxState,
+    new_sandbox_id,
+)
 from activator._redis_coordination import RedisCoordinator
 from activator._settings import ActivatorSettings
 from activator._sqlite_store import SqliteStore
@@ -33,22 +46,31 @@ __all__ = [
     "ACTIVATOR",
     "API_KEYS",
     "CLIENT_GONE",
+    "IDEMPOTENCY_TTL",
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
+    "SAMPLES_KEPT",
+    "SAMPLE_INTERVAL",
     "Activator",
     "ActivatorError",
     "ActivatorSettings",
     "ApiKey",
     "ApiKeys",
+    "ClaimedKey",
     "ClientGone",
     "Coordinator",
     "CreateRequest",
+    "GuestUnresponsive",
     "Histogram",
     "HoldQueueFull",
     "HoldResult",
     "HoldTimeout",
+    "Idempotency",
+    "IdempotencyConflict",
+    "IdempotencyMismatch",
     "Ingress",
     "InvalidRequest",
+    "KeyLedger",
     "KubeStore",
     "Lifecycle",
     "LogLine",
@@ -56,6 +78,7 @@ __all__ = [
     "Page",
     "PortNotOpen",
     "RedisCoordinator",
+    "Sample",
     "SandboxConflict",
     "SandboxNotFound",
     "SandboxRecord",

@@ -14,7 +14,8 @@ import logging
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from datetime import datetime
 from typing import Literal, NamedTuple, Protocol
 
 import msgspec
@@ -22,11 +23,14 @@ import msgspec
 from activator._activity import Activity
 from activator._catalog import TemplateCatalog
 from activator._coordination import Coordinator, SoloCoordinator
-from activator._errors import ActivatorError, InvalidRequest, SandboxConflict, SandboxNotFound
+from activator._errors import ActivatorError, GuestUnresponsive, InvalidRequest, SandboxConflict, SandboxNotFound
+from activator._guest import GUEST_DEADLINE, guest_answers
 from activator._holds import HoldGate
+from activator._idempotency import Idempotency
 from activator._idle import IdlePolicy
 from activator._logs import LogLine, SandboxLogs
 from activator._machine import SandboxMachine, runtime_call
+from activator._metrics_ring import MetricsRing, Sample
 from activator._opener import Opener
 from activator._reaper import Reaper
 from activator._records import (
@@ -37,6 +41,7 @@ from activator._records import (
     SandboxState,
     new_access_token,
     new_sandbox_id,
+    record_time,
 )
 from activator._settings import ActivatorSettings
 from activator._store import Store, decode_cursor, encode_cursor
@@ -99,6 +104,8 @@ class Activator:
         self._warm = warm
         self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
+        self._samples = MetricsRing(runtime, clock)
+        self._idempotency = Idempotency(store, clock, shared=self._coordinator.shared)
         self._machine = SandboxMachine(
             store, runtime, self.catalog, self._logs, self.telemetry, clock=clock, on_halt=on_halt,
             coordinator=self._coordinator,
@@ -187,15 +194,42 @@ class Activator:
         """Keep the sandbox alive for at least `seconds` more."""
         await self._owned(owner, sandbox_id, SetTimeout(self._ttl(seconds), extend_only=True))
 
-    async def pause(self, owner: str, sandbox_id: str) -> None:
-        """E2B's pause: snapshot the sandbox and stop its TTL; SandboxConflict if it is already paused."""
-        await self._owned(owner, sandbox_id, Pause())
+    async def pause(self, owner: str, sandbox_id: str, *, memory: bool = True, healthy_guest: bool = False) -> None:
+        """E2B's pause: snapshot the sandbox and stop its TTL; SandboxConflict if it is already paused.
 
-    async def connect(self, owner: str, sandbox_id: str, seconds: float) -> tuple[SandboxRecord, bool]:
+        Not `memory` (`mode="filesystem"`): files only, its processes are gone whatever the runtime could keep.
+        `healthy_guest` (`strict=True`): a running sandbox whose executor does not answer is not paused
+        (GuestUnresponsive, 503; see `_guest`). One the idle policy froze or scaled to zero has no executor to ask
+        and is paused as it stands.
+        """
+        if healthy_guest:
+            record = await self.lookup(owner, sandbox_id)
+            if record.state is SandboxState.RUNNING and not await guest_answers(self._runtime, record):
+                raise GuestUnresponsive(
+                    f"sandbox {sandbox_id} was not paused: its executor did not answer within {GUEST_DEADLINE:g} s "
+                    "(requireHealthyGuest)"
+                )
+        await self._owned(owner, sandbox_id, Pause(memory=memory))
+
+    async def connect(
+        self, owner: str, sandbox_id: str, seconds: float, *, memory: bool = True
+    ) -> tuple[SandboxRecord, bool]:
         """Resume the sandbox if it is not running and lengthen its TTL to `seconds`; True when it was paused
-        by the user (an idle pause is invisible: the sandbox was running as far as the client knew)."""
-        step = await self._owned(owner, sandbox_id, Resume(self._ttl(seconds)))
+        by the user (an idle pause is invisible: the sandbox was running as far as the client knew).
+
+        Not `memory` (`on_resume="reboot"`): a user-paused sandbox drops its memory image and starts over its files.
+        """
+        step = await self._owned(owner, sandbox_id, Resume(self._ttl(seconds), memory=memory))
         return step.record, step.before is not None and step.before.user_paused
+
+    async def once(
+        self, owner: str, key: str | None, request: tuple[str, bytes], create: Callable[[], Awaitable[bytes]]
+    ) -> bytes:
+        """The answer of `create()` run at most once per Idempotency-Key `key` of `owner`, given the (path, body)
+        of the request (see `_idempotency`); without a key, simply run."""
+        if key is None:
+            return await create()
+        return await self._idempotency.once(owner, key, request, create)
 
     async def update_network(
         self, owner: str, sandbox_id: str, egress: Egress, *, allow_internet_access: bool | None
@@ -209,11 +243,24 @@ class Activator:
         return (await self._owned(owner, sandbox_id, Resume(self._ttl(seconds), only_if_paused=True))).record
 
     async def metrics(self, owner: str, sandbox_id: str) -> tuple[float, SandboxStats | None]:
-        """The sandbox's current resource use, and when it was read; None while it is snapshotted (no processes)."""
+        """The sandbox's latest resource use (at most `SAMPLE_INTERVAL` old) and when it was read; None while it
+        is snapshotted (no processes)."""
         if self.get(owner, sandbox_id).state is SandboxState.SNAPSHOTTED:
             return self._clock(), None
-        stats = await runtime_call(f"read the stats of {sandbox_id}", self._runtime.stats(sandbox_id))
-        return self._clock(), stats
+        await self._samples.sample_if_due(sandbox_id)
+        newest = self._samples.newest(sandbox_id)
+        return (newest.at, newest.stats) if newest else (self._clock(), None)
+
+    async def metrics_between(self, owner: str, sandbox_id: str, start: int | None, end: int | None) -> list[Sample]:
+        """The sandbox's kept samples within [start, end] (unix seconds; see `_metrics_ring`), a fresh one first
+        taken when it runs and its newest is due."""
+        if self.get(owner, sandbox_id).state is SandboxState.RUNNING:
+            await self._samples.sample_if_due(sandbox_id)
+        return self._samples.between(sandbox_id, start, end)
+
+    async def run_metrics_sampler(self) -> None:
+        """Keep the metrics history of running sandboxes (one sample per `SAMPLE_INTERVAL`) until cancelled."""
+        await self._samples.run(lambda: self._machine.live)
 
     def logs(self, owner: str, sandbox_id: str) -> list[LogLine]:
         """The sandbox's lifecycle log lines, oldest first (see `_logs`)."""
@@ -227,13 +274,16 @@ class Activator:
         states: Collection[SandboxState] = _LISTED,
         metadata: Mapping[str, str] | None = None,
         template: str | None = None,
-        started_after: float | None = None,
+        started_after: datetime | None = None,
         limit: int = 100,
         next_token: str | None = None,
         order: Literal["asc", "desc"] = "desc",
     ) -> Page:
         """`owner`'s sandboxes reported in `states` (running / paused, as E2B sees them) whose metadata contain
-        `metadata`, by creation time, a page at a time.
+        `metadata` and that (re)started at or after `started_after`, by creation time, a page at a time.
+
+        `started_after` is compared with the start time as the answer renders it (`record_time`, to the
+        microsecond), so a sandbox's own `startedAt` read back from a listing always includes it.
 
         Each sandbox as `get` answers it: the route cache's record wins over the stored one, which during a
         transition is already its target (a sandbox being snapshotted is listed running until it is snapshotted).
@@ -252,7 +302,7 @@ class Activator:
                 record.reported_state in reported
                 and wanted.items() <= record.metadata.items()
                 and template in (None, record.template, record.alias)
-                and (started_after is None or record.started_at >= started_after)
+                and (started_after is None or record_time(record.started_at) >= started_after)
             )
 
         stored = {state for wanted_state in reported for state in _STORED_AS.get(wanted_state, ())}

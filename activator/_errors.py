@@ -6,10 +6,15 @@ ActivatorError                 500  base class
 ├── InvalidRequest             400  the request is malformed
 ├── TemplateNotFound           404  the request names no template we have (in `_catalog`)
 ├── SandboxConflict            409  the transition is not allowed in the current state
+├── IdempotencyConflict        409  the Idempotency-Key's create runs still, or its outcome is unknown
+├── IdempotencyMismatch        422  the Idempotency-Key was used with another request
+├── GuestUnresponsive          503  `requireHealthyGuest`: the sandbox's executor does not answer
 ├── NotSupported               501  an E2B feature this server does not offer (yet)
 ├── HoldQueueFull              503  too many requests are already held for sandboxes
 ├── HoldTimeout                504  the sandbox did not become ready before the hold deadline
 └── ClientGone                 499  the client disconnected while its request was held (nobody reads the answer)
+
+`error_code` is E2B's machine-readable code (the SDK's `Error.error_code`), sent when it is set.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from __future__ import annotations
 __all__ = [
     "ActivatorError",
     "ClientGone",
+    "GuestUnresponsive",
     "HoldQueueFull",
     "HoldTimeout",
+    "IdempotencyConflict",
+    "IdempotencyMismatch",
     "InvalidRequest",
     "NotSupported",
     "PortNotOpen",
@@ -31,6 +39,7 @@ class ActivatorError(Exception):
     """Base class: something in the sandbox lifecycle failed."""
 
     status_code = 500
+    error_code: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -59,6 +68,30 @@ class SandboxConflict(ActivatorError):
     """The sandbox is in a state that does not allow the transition."""
 
     status_code = 409
+
+
+class IdempotencyConflict(ActivatorError):
+    """The create of this Idempotency-Key still runs (`idempotency_in_progress`) or was cut short by a restart
+    (`idempotency_outcome_unknown`)."""
+
+    status_code = 409
+
+    def __init__(self, message: str, error_code: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class IdempotencyMismatch(ActivatorError):
+    """The Idempotency-Key was used before with another request body."""
+
+    status_code = 422
+    error_code = "idempotency_request_mismatch"
+
+
+class GuestUnresponsive(ActivatorError):
+    """`requireHealthyGuest`: the sandbox's executor did not answer, so it was not paused (E2B: retry later)."""
+
+    status_code = 503
 
 
 class NotSupported(ActivatorError):

@@ -3,6 +3,7 @@
     sandbox-<id>-record   one per sandbox: the SandboxRecord's msgspec JSON, labelled with what listings select on
                           (its id, owner: the API key's id, never a key; state; template), annotated when created.
     agent-sandbox-keys    key id -> JSON {digest, name, created_at} (SHA-256 digests only, never a key).
+    idempotency-<digest>  one per claimed Idempotency-Key (`_kube_ledger`, which this store hands those calls).
 
 Their names, label and annotation keys, types and data keys are pool's (`pool.kube_shapes`, where the runtime's
 objects are laid out too), so the two never disagree.
@@ -29,22 +30,24 @@ cap) is refused with `InvalidRequest`; the keys Secret fits some 5,000 keys.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import itertools
 import logging
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Literal
 
 import msgspec
 
 from activator._errors import ActivatorError, InvalidRequest
+from activator._idempotency import ClaimedKey
+from activator._kube_ledger import KubeKeyLedger, delete_secret, read_secret
+from activator._kube_ledger import store_errors as _store_errors
 from activator._records import ApiKey, SandboxRecord, SandboxState
 from activator._store import Cursor
-from pool import KubeApi, KubeApiError, RuntimeFailure
+from pool import KubeApi, KubeApiError
 from pool import kube_shapes as shapes
 
 __all__ = ["KEYS_FRESH", "KEYS_MISS_REREAD", "MAX_RECORD_BYTES", "KubeStore"]
@@ -84,6 +87,7 @@ class KubeStore:
         self._digests: dict[str, str] = {}  # digest -> key id as last read; replaced whole under `_keys_lock`
         self._keys_read_at = -math.inf  # `clock` time the read behind `_digests` was sent
         self._keys_lock = asyncio.Lock()  # one keys read or write at a time; waiters reuse a fresh result
+        self._ledger = KubeKeyLedger(api, namespace, clock=clock)
 
     @classmethod
     async def open(cls, api: KubeApi, namespace: str, *, clock: Callable[[], float] = time.monotonic) -> KubeStore:
@@ -193,6 +197,18 @@ class KubeStore:
         age = self._clock() - self._keys_read_at
         return age >= KEYS_FRESH or (digest not in self._digests and age >= KEYS_MISS_REREAD)
 
+    async def claim_key(self, claim: ClaimedKey, *, expired_before: float) -> ClaimedKey | None:
+        """As `KeyLedger.claim_key` (a Secret per key, see `_kube_ledger`)."""
+        return await self._ledger.claim_key(claim, expired_before=expired_before)
+
+    async def settle_key(self, claim: ClaimedKey) -> None:
+        """As `KeyLedger.settle_key`."""
+        await self._ledger.settle_key(claim)
+
+    async def release_key(self, owner: str, key: str) -> None:
+        """As `KeyLedger.release_key`."""
+        await self._ledger.release_key(owner, key)
+
     async def _read_keys(self) -> dict[str, _StoredKey]:
         """Read the keys Secret into memory (under `_keys_lock`)."""
         sent_at = self._clock()
@@ -238,12 +254,7 @@ class KubeStore:
 
     async def _read(self, name: str) -> shapes.Secret | None:
         """The Secret named `name`, or None if there is none."""
-        try:
-            return _decode_secret(await self._api.call("GET", f"{self._path}/{name}"))
-        except KubeApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await read_secret(self._api, self._path, name)
 
     async def _write(self, secret: shapes.Secret, version: str | None) -> shapes.Secret:
         """Create `secret` (no `version`) or replace it under `version`; the stored object."""
@@ -272,16 +283,8 @@ class KubeStore:
 
     async def _delete(self, secret: shapes.Secret) -> bool:
         """Delete a record Secret if it is still the version listed; False if it changed or went meanwhile."""
-        preconditions = {"resourceVersion": secret.metadata.resource_version}
-        options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": preconditions}
         with _store_errors(f"delete {secret.metadata.name}"):
-            try:
-                await self._api.call("DELETE", f"{self._path}/{secret.metadata.name}", body=options)
-            except KubeApiError as exc:
-                if exc.status in (404, 409):
-                    return False
-                raise
-        return True
+            return await delete_secret(self._api, self._path, secret)
 
     def _remember(self, sandbox_id: str, secret: shapes.Secret) -> None:
         self._versions.pop(sandbox_id, None)
@@ -341,14 +344,3 @@ def _label_value(value: str) -> str:
     if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
         return value
     return "sha256-" + hashlib.sha256(value.encode()).hexdigest()[:56]
-
-
-@contextlib.contextmanager
-def _store_errors(what: str) -> Iterator[None]:
-    """The apiserver's failures and unreadable objects as the activator's own error (500)."""
-    try:
-        yield
-    except RuntimeFailure as exc:
-        raise ActivatorError(f"the state store could not {what}: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise ActivatorError(f"the state store could not {what}: an unreadable object: {exc}") from exc

@@ -244,9 +244,11 @@ class SandboxMachine:
             case "start":
                 await runtime_call(f"start sandbox {record.id}", self._runtime.start(self.spec_for(record)))
             case "restore":
-                await runtime_call(f"restore sandbox {record.id}", self._runtime.restore(self.spec_for(record)))
+                restored = self._runtime.restore(self.spec_for(record), memory=step.memory)
+                await runtime_call(f"restore sandbox {record.id}", restored)
             case "snapshot":
-                info = await runtime_call(f"snapshot sandbox {record.id}", self._runtime.snapshot(record.id))
+                taken = self._runtime.snapshot(record.id, memory=step.memory)
+                info = await runtime_call(f"snapshot sandbox {record.id}", taken)
                 self._telemetry.snapshot_bytes[info.kind] += info.image_bytes
                 step = step._replace(record=replace(record, snapshot_kind=info.kind))
                 await self._store.put(step.record)
@@ -330,6 +332,8 @@ def _kind(step: Step) -> str:
     match step.action:
         case "thaw" | "freeze":
             return "frozen"
+        case "restore" if not step.memory:
+            return "filesystem"
         case "restore":
             return (step.before.snapshot_kind if step.before else None) or "unknown"
         case "snapshot":

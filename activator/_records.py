@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import secrets
 import string
+from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
@@ -27,6 +28,7 @@ __all__ = [
     "SnapshotKind",
     "new_access_token",
     "new_sandbox_id",
+    "record_time",
 ]
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -160,3 +162,11 @@ def _both_families(entries: tuple[str, ...]) -> tuple[str, ...]:
     """E2B's ALL_TRAFFIC names IPv4 only (its sandboxes have no IPv6); ours stands for `pool.ALL_TRAFFIC`."""
     expanded = (part for entry in entries for part in (ALL_TRAFFIC if entry == ALL_TRAFFIC[0] else (entry,)))
     return tuple(dict.fromkeys(expanded))
+
+
+def record_time(unix: float) -> datetime:
+    """A stored time as the API renders it: UTC, rounded to the microsecond (half to even, as `datetime` does).
+
+    Filters compare through this too (`started_after`), so a time the client read back always matches itself.
+    """
+    return datetime.fromtimestamp(unix, UTC)

@@ -1,4 +1,5 @@
-"""The local state store: one SQLite database in the data directory holding sandbox records and API-key digests.
+"""The local state store: one SQLite database in the data directory holding sandbox records, API-key digests and
+the claimed Idempotency-Keys (`_idempotency`).
 
 Records are msgspec JSON blobs; the columns beside them (owner, state, created_at, end_at) exist only to be
 indexed. sqlite3 objects must stay on the thread that made them, so the one connection lives on one dedicated
@@ -18,6 +19,7 @@ from typing import Literal, TypeVar
 import msgspec
 
 from activator._errors import ActivatorError
+from activator._idempotency import ClaimedKey
 from activator._records import ApiKey, SandboxRecord, SandboxState
 from activator._store import Cursor
 
@@ -37,10 +39,14 @@ CREATE INDEX IF NOT EXISTS sandboxes_by_owner ON sandboxes (owner, created_at, i
 CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes (state, end_at);
 CREATE TABLE IF NOT EXISTS api_keys (
     id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    owner TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, claim BLOB NOT NULL, PRIMARY KEY (owner, key));
+CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON idempotency_keys (at);
 """
 
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(SandboxRecord).decode
+_decode_claim = msgspec.json.Decoder(ClaimedKey).decode
 
 
 class SqliteStore:
@@ -141,6 +147,30 @@ class SqliteStore:
         # After the delete: a read of the key queued before it has landed in the cache by now, and goes too.
         self._key_ids = {digest: entry for digest, entry in self._key_ids.items() if entry[0] != key_id}
         return deleted
+
+    async def claim_key(self, claim: ClaimedKey, *, expired_before: float) -> ClaimedKey | None:
+        """As `KeyLedger.claim_key`: expired claims of every key go first, then the insert either lands or
+        finds the claim that stands (one thread runs both, so no other claim comes between)."""
+        row = (claim.owner, claim.key, claim.at, _encode(claim))
+
+        def claim_or_find(conn: sqlite3.Connection) -> ClaimedKey | None:
+            conn.execute("DELETE FROM idempotency_keys WHERE at < ?", (expired_before,))
+            if conn.execute("INSERT INTO idempotency_keys VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", row).rowcount:
+                return None
+            sql = "SELECT claim FROM idempotency_keys WHERE owner = ? AND key = ?"
+            return _decode_claim(conn.execute(sql, (claim.owner, claim.key)).fetchone()[0])
+
+        return await self._run(claim_or_find)
+
+    async def settle_key(self, claim: ClaimedKey) -> None:
+        """Replace the claim by `claim`, which carries the answer."""
+        row = (claim.owner, claim.key, claim.at, _encode(claim))
+        await self._run(lambda conn: conn.execute("INSERT OR REPLACE INTO idempotency_keys VALUES (?, ?, ?, ?)", row))
+
+    async def release_key(self, owner: str, key: str) -> None:
+        """Delete the claim of (owner, key)."""
+        sql = "DELETE FROM idempotency_keys WHERE owner = ? AND key = ?"
+        await self._run(lambda conn: conn.execute(sql, (owner, key)))
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         try:

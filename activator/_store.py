@@ -1,4 +1,5 @@
-"""The state store's contract: sandbox records and API-key digests, kept by SQLite locally or by Kubernetes objects.
+"""The state store's contract: sandbox records, API-key digests and claimed Idempotency-Keys (`KeyLedger`), kept by
+SQLite locally or by Kubernetes objects.
 
 Two implementations: `SqliteStore` (one process, the data directory) and `KubeStore` (Secrets in a namespace, shared
 by every gateway replica). Everything above them is typed against `Store` alone.
@@ -13,6 +14,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from activator._errors import InvalidRequest
+from activator._idempotency import KeyLedger
 from activator._records import ApiKey, SandboxRecord, SandboxState
 
 __all__ = ["Cursor", "Store", "decode_cursor", "encode_cursor"]
@@ -23,8 +25,9 @@ _encode = msgspec.json.Encoder().encode
 _decode_cursor = msgspec.json.Decoder(tuple[float, str]).decode
 
 
-class Store(Protocol):
-    """Where records and API keys live. Failures of the backing storage raise `ActivatorError` (500)."""
+class Store(KeyLedger, Protocol):
+    """Where records, API keys and Idempotency-Keys live. Failures of the backing storage raise `ActivatorError`
+    (500)."""
 
     async def close(self) -> None:
         """Release the store's resources."""

@@ -11,7 +11,7 @@ reason: `idle` (the idle policy: transparent, the E2B API still says running, it
     intent        running                  paused (idle)           snapshotted (idle)      user-paused
     Start         (no change)              (no change)             (no change)             (no change)
     Kill          stop                     stop                    stop                    stop
-    Pause (E2B)   snapshot -> user-paused  snapshot -> user-paused record only             SandboxConflict
+    Pause (E2B)   snapshot -> user-paused  snapshot -> user-paused record only (*)         SandboxConflict
     IdleFreeze    freeze -> paused (idle)  (no change)             (no change)             (no change)
     IdleSnapshot  snapshot                 snapshot                (no change)             (no change)
     Resume        extend TTL (v1: 409)     thaw, extend TTL (v1: 409) restore, ditto       thaw / restore
@@ -21,6 +21,11 @@ reason: `idle` (the idle policy: transparent, the E2B API still says running, it
     SetNetwork    egress, set_egress       egress, set_egress      egress                  egress
     Expire        kill, or Pause(timeout)  kill, or Pause(timeout) kill, or Pause(timeout) (no change)
     Reassert      per the runtime's facts after a restart, see `_reassert`
+
+`memory=False` (E2B's `memory: false`) makes a Pause's snapshot keep files only, whatever the runtime could keep
+((*): an idle snapshot's memory image is marked to be dropped at the restore), and a Resume of a user-paused
+sandbox restore from its files only, dropping a memory image (E2B's cold boot). A Resume of a sandbox the idle
+policy paused ignores it: as far as the client knows, that sandbox kept running.
 
 A killed or unknown sandbox is SandboxNotFound for every intent but Start. Expire acts only once `end_at`
 has passed; Resume grants `max(remaining, timeout)` to a user-paused sandbox and `max(end_at, now + timeout)`
@@ -78,8 +83,10 @@ class Kill(msgspec.Struct, frozen=True, tag=True):
 
 
 class Pause(msgspec.Struct, frozen=True, tag=True):
-    """E2B's pause: snapshot the sandbox and stop its TTL."""
+    """E2B's pause: snapshot the sandbox and stop its TTL; with its memory where the runtime can, unless not
+    `memory` (E2B's `mode="filesystem"`: its processes are gone for good)."""
 
+    memory: bool = True
     reason = "api"
 
 
@@ -100,6 +107,7 @@ class Resume(msgspec.Struct, frozen=True, tag=True):
 
     timeout: float
     only_if_paused: bool = False  # E2B's v1 resume answers 409 for a sandbox it reports running; connect does not
+    memory: bool = True  # False: a user-paused sandbox restarts from its files (E2B's `on_resume="reboot"`)
     reason = "connect"
 
 
@@ -150,6 +158,7 @@ class Step(NamedTuple):
     action: Action | None
     log: str | None  # the lifecycle log line, when something happened worth one
     before: SandboxRecord | None = None  # the record the plan started from
+    memory: bool = True  # for a snapshot or restore: False keeps / brings back the files only
 
 
 def plan(record: SandboxRecord | None, intent: Intent, now: float) -> Step:
@@ -167,14 +176,14 @@ def _plan_live(record: SandboxRecord, intent: Intent, now: float) -> Step:
     match intent:
         case Kill(reason=reason):
             return _kill(record, now, f"killed ({reason})")
-        case Pause():
-            return _pause(record, "api", now)
+        case Pause(memory=memory):
+            return _pause(record, "api", now, memory=memory)
         case IdleFreeze():
             return _idle_freeze(record)
         case IdleSnapshot():
             return _idle_snapshot(record)
-        case Resume(timeout=timeout, only_if_paused=only_if_paused):
-            return _resume(record, timeout, only_if_paused, now)
+        case Resume(timeout=timeout, only_if_paused=only_if_paused, memory=memory):
+            return _resume(record, timeout, only_if_paused, now, memory=memory)
         case Wake():
             return _wake(record, now)
         case SetTimeout(timeout=timeout, extend_only=extend_only):
@@ -198,13 +207,17 @@ def _kill(record: SandboxRecord, now: float, log: str) -> Step:
     return Step(replace(record, state=_KILLED, end_at=now), "stop", log)
 
 
-def _pause(record: SandboxRecord, reason: Literal["api", "timeout"], now: float) -> Step:
+def _pause(record: SandboxRecord, reason: Literal["api", "timeout"], now: float, *, memory: bool = True) -> Step:
     if record.user_paused:
         raise SandboxConflict(f"sandbox {record.id} is already paused")
     paused = replace(record, state=_SNAPSHOTTED, remaining=max(0.0, record.end_at - now), pause_reason=reason)
+    log = f"paused ({reason})" if memory else f"paused ({reason}, files only)"
     if record.state is _SNAPSHOTTED:  # scaled to zero by the idle policy already: only its reason changes
-        return Step(paused, None, f"paused ({reason})")
-    return Step(paused, "snapshot", f"paused ({reason})")
+        # A files-only pause marks an idle snapshot's memory image as not to be restored (`_run` drops it).
+        return Step(paused if memory else replace(paused, snapshot_kind="filesystem"), None, log)
+    # Files only is recorded before the snapshot runs, so a crash mid-way finishes it the same way (`_reassert`).
+    promised = paused if memory else replace(paused, snapshot_kind="filesystem")
+    return Step(promised, "snapshot", log, memory=memory)
 
 
 def _idle_freeze(record: SandboxRecord) -> Step:
@@ -219,10 +232,11 @@ def _idle_snapshot(record: SandboxRecord) -> Step:
     return Step(replace(record, state=_SNAPSHOTTED, pause_reason="idle"), "snapshot", "snapshotted (idle)")
 
 
-def _resume(record: SandboxRecord, timeout: float, only_if_paused: bool, now: float) -> Step:
+def _resume(record: SandboxRecord, timeout: float, only_if_paused: bool, now: float, *, memory: bool) -> Step:
     if record.user_paused:
         ttl = max(record.remaining, timeout)
-        return _run(record, f"resumed with {ttl:.0f} s to live", end_at=now + ttl, started_at=now)
+        log = f"resumed with {ttl:.0f} s to live" + ("" if memory else ", restarted from its files")
+        return _run(record, log, end_at=now + ttl, started_at=now, memory=memory)
     if only_if_paused:
         raise SandboxConflict(f"sandbox {record.id} is already running")
     end_at = max(record.end_at, now + timeout)
@@ -242,13 +256,15 @@ def _wake(record: SandboxRecord, now: float) -> Step:
     return _run(record, f"auto-resumed with {ttl:.0f} s to live", end_at=now + ttl, started_at=now)
 
 
-def _run(record: SandboxRecord, log: str, *, end_at: float, started_at: float) -> Step:
+def _run(record: SandboxRecord, log: str, *, end_at: float, started_at: float, memory: bool = True) -> Step:
+    """Back to running: thaw a frozen sandbox, restore a snapshotted one (from its files only when not `memory`
+    or when a files-only pause marked its snapshot so)."""
     action: Action = "thaw" if record.state is _PAUSED else "restore"
     running = replace(
         record, state=_RUNNING, started_at=started_at, end_at=end_at, remaining=0.0, pause_reason=None,
         snapshot_kind=None,
     )  # fmt: skip
-    return Step(running, action, log)
+    return Step(running, action, log, memory=memory and record.snapshot_kind != "filesystem")
 
 
 def _expire(record: SandboxRecord, now: float) -> Step:
@@ -262,8 +278,8 @@ def _expire(record: SandboxRecord, now: float) -> Step:
 def _reassert(record: SandboxRecord, alive: bool, snapshotted: bool, now: float) -> Step:
     """Finish or undo what a crash cut short: the record was stored before its runtime action ran."""
     state = record.state
-    if alive:  # processes exist: make them frozen or thawed per the record, or finish a snapshot
-        return Step(record, _REASSERT_ALIVE[state], None)
+    if alive:  # processes exist: make them frozen or thawed per the record, or finish a snapshot (as it was asked)
+        return Step(record, _REASSERT_ALIVE[state], None, memory=record.snapshot_kind != "filesystem")
     if snapshotted:  # no processes but an image: resumable
         if state is _RUNNING:
             return Step(record, "restore", None)  # a restore was cut short: finish it

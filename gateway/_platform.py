@@ -198,9 +198,10 @@ def _background_loops(
     pools: ServerWarmPools,
 ) -> list[Coroutine[Any, Any, None]]:
     """The reaper and the warm pools' refill; on a cluster they run on the elected leader only (any replica
-    may die, and two reapers would race), and every replica tells the others what is busy on it."""
+    may die, and two reapers would race), and every replica tells the others what is busy on it and keeps its own
+    metrics history."""
     if not isinstance(runtime, KubernetesRuntime):
-        return [activator.run_reaper(), pools.run()]
+        return [activator.run_reaper(), pools.run(), activator.run_metrics_sampler()]
     identity = replica_id(settings)
     election = LeaderElection(
         runtime.api, runtime.settings.namespace, identity=identity, lease_duration=settings.lease_duration,
@@ -215,6 +216,7 @@ def _background_loops(
         while_leading(election, activator.run_reaper),
         while_leading(election, pools.run),
         activator.run_activity_beacon(),
+        activator.run_metrics_sampler(),
     ]
 
 

@@ -151,11 +151,18 @@ class Runtime(Protocol):
         policy snapshots only then.
         """
 
-    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
-        """Scale the sandbox (running or frozen) to zero: no process, no memory; its files stay on disk."""
+    async def snapshot(self, sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
+        """Scale the sandbox (running or frozen) to zero: no process, no memory; its files stay on disk.
 
-    async def restore(self, spec: SandboxSpec) -> None:
+        With `memory`, its memory and processes are kept too where the runtime can (CRIU); without, never
+        (E2B's `memory: false`: a restore starts afresh over the files).
+        """
+
+    async def restore(self, spec: SandboxSpec, *, memory: bool = True) -> None:
         """Bring a snapshotted sandbox back to running; return once its executor (and template ports) answer.
+
+        Without `memory` a memory image the snapshot kept is dropped first, and the sandbox starts over its
+        files as after a filesystem snapshot (E2B's cold boot, `on_resume="reboot"`).
 
         After a filesystem snapshot the executor starts afresh: `spec.init` is applied, the template's
         start commands run again, and so does the sandbox's autostart command (`pool._autostart`). Does

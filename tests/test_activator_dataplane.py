@@ -34,9 +34,9 @@ def held(runtime: FakeRuntime, method: str) -> asyncio.Event:
     """Make the runtime's `method` wait until the returned event is set."""
     release, original = asyncio.Event(), getattr(runtime, method)
 
-    async def slow(*args: object) -> object:
+    async def slow(*args: object, **options: object) -> object:
         await release.wait()
-        return await original(*args)
+        return await original(*args, **options)
 
     setattr(runtime, method, slow)
     return release

@@ -43,6 +43,7 @@ class FakeRuntime:
         self.listening: set[int] = set()  # ports open_socket connects to
         self.kind: SnapshotKind = "criu"  # what `snapshot` keeps
         self.keeps_processes = True  # what `snapshot_keeps_processes` answers
+        self.restored: dict[str, SnapshotKind] = {}  # what the last restore of each sandbox brought back
         self.egress: dict[str, EgressRules] = {}  # what `set_egress` was told last
         self.egress_refusal = ""  # what `capabilities` says of egress rules
 
@@ -64,22 +65,24 @@ class FakeRuntime:
         self._call("snapshot_keeps_processes", sandbox_id)
         return self.keeps_processes
 
-    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+    async def snapshot(self, sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
         self._call("snapshot", sandbox_id)
         if sandbox_id not in self.snapshots:
             if sandbox_id not in self.running:
                 raise SandboxGone(sandbox_id)
             self.running.discard(sandbox_id)
             self.frozen.discard(sandbox_id)
-            self.snapshots[sandbox_id] = self.kind
+            self.snapshots[sandbox_id] = self.kind if memory else "filesystem"
         return SnapshotInfo(kind=self.snapshots[sandbox_id], seconds=0.1, image_bytes=1 << 20)
 
-    async def restore(self, spec: SandboxSpec) -> None:
+    async def restore(self, spec: SandboxSpec, *, memory: bool = True) -> None:
         self._call("restore", spec.sandbox_id)
         if spec.sandbox_id in self.running:
             return
-        if self.snapshots.pop(spec.sandbox_id, None) is None:
+        kind = self.snapshots.pop(spec.sandbox_id, None)
+        if kind is None:
             raise SandboxGone(spec.sandbox_id)
+        self.restored[spec.sandbox_id] = kind if memory else "filesystem"
         self.specs[spec.sandbox_id] = spec
         self.running.add(spec.sandbox_id)
 

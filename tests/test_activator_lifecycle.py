@@ -136,9 +136,9 @@ class TestTransitions:
         release = asyncio.Event()
         snapshot = runtime.snapshot
 
-        async def slow_snapshot(sandbox_id: str) -> SnapshotInfo:
+        async def slow_snapshot(sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
             await release.wait()
-            return await snapshot(sandbox_id)
+            return await snapshot(sandbox_id, memory=memory)
 
         runtime.snapshot = slow_snapshot  # type: ignore[method-assign]
         pausing = asyncio.create_task(act.pause("alice", record.id))

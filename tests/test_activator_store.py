@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -50,6 +51,11 @@ async def store(open_store: StoreOpener) -> AsyncIterator[Store]:
 @pytest.fixture
 def act(store: Store, clock: Clock) -> Activator:
     return activator(store, FakeRuntime(), clock)
+
+
+def _rendered(unix: float) -> datetime:
+    """A time as the E2B answer renders it, and as the SDK sends it back."""
+    return datetime.fromtimestamp(unix, UTC)
 
 
 async def create_many(act: Activator, clock: Clock, count: int, **metadata: str) -> list[str]:
@@ -156,11 +162,21 @@ async def test_state_template_and_start_filters(act: Activator, clock: Clock) ->
     old, new = await create_many(act, clock, 2)
     await act.pause("alice", new)
     assert [r.id for r in (await act.list("alice", states={SandboxState.PAUSED})).records] == [new]
-    assert [r.id for r in (await act.list("alice", started_after=clock.now)).records] == [new]
+    assert [r.id for r in (await act.list("alice", started_after=_rendered(clock.now))).records] == [new]
     assert (await act.list("alice", template="other")).records == []
     assert len((await act.list("alice", template="base")).records) == 2
     assert [r.id for r in (await act.list("alice", states=set())).records] == []
     assert old
+
+
+async def test_started_after_its_own_rendered_start_includes_a_sandbox_started_between_microseconds(
+    act: Activator, clock: Clock
+) -> None:
+    clock.advance(0.1234566)  # rendered rounded up to .123457: later than the stored start
+    created = await act.create("alice", request())
+    assert [r.id for r in (await act.list("alice", started_after=_rendered(created.started_at))).records] == [
+        created.id
+    ]
 
 
 async def test_another_owner_sees_none_of_the_records(act: Activator, clock: Clock) -> None:

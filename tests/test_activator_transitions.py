@@ -213,3 +213,32 @@ class TestReportedState:
     )
     def test_an_idle_pause_is_reported_as_running(self, current: SandboxRecord, reported: SandboxState) -> None:
         assert current.reported_state == reported
+
+
+class TestFilesOnly:
+    """E2B's `memory: false`: a pause that keeps files only, a resume that boots from them (a cold start)."""
+
+    @pytest.mark.parametrize("current", [record(), idle(PAUSED)])
+    def test_a_files_only_pause_snapshots_without_memory(self, current: SandboxRecord) -> None:
+        step = plan(current, Pause(memory=False), NOW)
+        assert (step.action, step.memory, step.record.snapshot_kind) == ("snapshot", False, "filesystem")
+
+    def test_a_files_only_pause_of_an_idle_memory_snapshot_marks_its_image_dropped(self) -> None:
+        paused = plan(idle(SNAPSHOTTED, snapshot_kind="criu"), Pause(memory=False), NOW).record
+        assert (paused.pause_reason, paused.snapshot_kind) == ("api", "filesystem")
+        step = plan(paused, Resume(10), NOW)
+        assert (step.action, step.memory) == ("restore", False)
+
+    def test_a_reboot_of_a_user_paused_memory_snapshot_restores_its_files_only(self) -> None:
+        step = plan(user_paused(snapshot_kind="criu"), Resume(10, memory=False), NOW)
+        assert (step.action, step.memory, step.record.state) == ("restore", False, RUNNING)
+        assert plan(user_paused(snapshot_kind="criu"), Resume(10), NOW).memory
+
+    def test_a_reboot_of_an_idle_snapshot_keeps_its_memory_the_client_never_saw_paused(self) -> None:
+        step = plan(idle(SNAPSHOTTED, snapshot_kind="criu"), Resume(10, memory=False), NOW)
+        assert (step.action, step.memory) == ("restore", True)
+
+    def test_a_files_only_snapshot_cut_short_is_finished_files_only(self) -> None:
+        current = user_paused(snapshot_kind="filesystem")
+        step = plan(current, Reassert(alive=True, snapshotted=False), NOW)
+        assert (step.action, step.memory) == ("snapshot", False)

@@ -80,11 +80,12 @@ def test_kill_twice_returns_false_the_second_time(plane: ControlPlane) -> None:
 
 def test_pause_twice_then_connect_resumes(plane: ControlPlane) -> None:
     sandbox = Sandbox.create("base", **opts(plane))
+    before = sandbox.get_metrics()
     assert sandbox.pause()
     assert not sandbox.pause()
     assert sandbox.sandbox_id in plane.runtime.snapshots
     assert sandbox.get_info().state == "paused"
-    assert sandbox.get_metrics() == []  # nothing to measure while scaled to zero
+    assert sandbox.get_metrics() == before  # its history, and nothing new to measure while scaled to zero
     resumed = Sandbox.connect(sandbox.sandbox_id, timeout=300, **opts(plane))
     assert resumed.get_info().state == "running"
     assert sandbox.sandbox_id in plane.runtime.running

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
@@ -12,7 +11,7 @@ from activator._e2b import _wire
 from activator._errors import InvalidRequest
 from activator._logs import LogLine
 from activator._network import check_private_ingress, egress_in_force, mask_host
-from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState
+from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState, record_time
 from activator._settings import ActivatorSettings
 from pool import SandboxStats, Template
 
@@ -108,8 +107,8 @@ def sandbox_listed(record: SandboxRecord) -> _wire.ListedSandbox:
         template_id=record.template,
         sandbox_id=record.id,
         client_id=record.client_id,
-        started_at=_time(record.started_at),
-        end_at=_time(record.end_at),
+        started_at=record_time(record.started_at),
+        end_at=record_time(record.end_at),
         cpu_count=record.cpu_count,
         memory_mb=record.memory_mb,
         disk_size_mb=record.disk_mb,
@@ -140,7 +139,7 @@ def sandbox_detail(record: SandboxRecord) -> _wire.SandboxDetail:
 def metric(at: float, stats: SandboxStats) -> _wire.SandboxMetric:
     """One metrics sample."""
     return _wire.SandboxMetric(
-        timestamp=_time(at),
+        timestamp=record_time(at),
         timestamp_unix=int(at),
         cpu_count=stats.cpu_count,
         cpu_used_pct=stats.cpu_used_pct,
@@ -154,12 +153,12 @@ def metric(at: float, stats: SandboxStats) -> _wire.SandboxMetric:
 
 def log_line(line: LogLine) -> _wire.LogLine:
     """A v1 plain log line."""
-    return _wire.LogLine(timestamp=_time(line.timestamp), line=line.message)
+    return _wire.LogLine(timestamp=record_time(line.timestamp), line=line.message)
 
 
 def log_entry(line: LogLine) -> _wire.LogEntry:
     """A structured log entry (v1 `logEntries`, v2 `logs`)."""
-    return _wire.LogEntry(timestamp=_time(line.timestamp), level=line.level, message=line.message, fields={})
+    return _wire.LogEntry(timestamp=record_time(line.timestamp), level=line.level, message=line.message, fields={})
 
 
 def template(tpl: Template, names: list[str], *, loaded_at: float, settings: ActivatorSettings) -> _wire.TemplateOut:
@@ -173,8 +172,8 @@ def template(tpl: Template, names: list[str], *, loaded_at: float, settings: Act
         public=True,
         aliases=names,
         names=names,
-        created_at=_time(loaded_at),
-        updated_at=_time(loaded_at),
+        created_at=record_time(loaded_at),
+        updated_at=record_time(loaded_at),
         created_by=None,
         last_spawned_at=None,
         spawn_count=0,
@@ -183,7 +182,3 @@ def template(tpl: Template, names: list[str], *, loaded_at: float, settings: Act
         build_status="ready",
         description=tpl.description or None,
     )
-
-
-def _time(unix: float) -> datetime:
-    return datetime.fromtimestamp(unix, UTC)

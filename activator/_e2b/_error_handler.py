@@ -1,4 +1,4 @@
-"""The one exception handler of the control plane: every error becomes E2B's `{"code": int, "message": str}`.
+"""The one exception handler of the control plane: every error becomes E2B's `{"code", "message", "error_code"?}`.
 
 ActivatorErrors carry their status; Litestar's HTTP errors (validation 400, auth 401, body too large 413, ...)
 keep theirs; anything else is logged with its traceback and answered 500 without it.
@@ -23,7 +23,8 @@ _log = logging.getLogger("activator.e2b")
 def e2b_error_response(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
     """E2B's JSON error body with the status the exception stands for."""
     status, message = _status_and_message(request, exc)
-    return Response(ErrorBody(code=status, message=message), status_code=status)
+    error_code = exc.error_code if isinstance(exc, ActivatorError) else None
+    return Response(ErrorBody(code=status, message=message, error_code=error_code), status_code=status)
 
 
 def _status_and_message(request: Request[Any, Any, Any], exc: Exception) -> tuple[int, str]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import FromQuery, QueryParameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 
 from activator._e2b import _convert, _wire
 from activator._e2b._auth import EXCLUDE_FROM_AUTH
@@ -54,7 +54,7 @@ async def list_v2(
         states=decode_states(states),
         metadata=decode_metadata_filter(metadata),
         template=template,
-        started_after=started_after.timestamp() if started_after else None,
+        started_after=_aware(started_after),
         limit=limit,
         next_token=next_token,
         order=order,
@@ -80,11 +80,10 @@ async def metrics(
     start: FromQuery[int | None] = None,
     end: FromQuery[int | None] = None,
 ) -> list[_wire.SandboxMetric]:
-    """The current sample only (no history is kept), or none if it falls outside [start, end] (unix seconds) or
-    the sandbox has no processes to measure (snapshotted)."""
-    at, stats = await activator.metrics(owner, sandbox_id)
-    inside = (start is None or start <= at) and (end is None or at <= end)
-    return [_convert.metric(at, stats)] if inside and stats is not None else []
+    """The kept samples within [start, end] (unix seconds, compared in whole seconds), oldest first: one per 5 s
+    while the sandbox runs, the last 10 minutes (`activator._metrics_ring`)."""
+    samples = await activator.metrics_between(owner, sandbox_id, start, end)
+    return [_convert.metric(sample.at, sample.stats) for sample in samples]
 
 
 @get("/sandboxes/{sandbox_id:str}/logs", sync_to_thread=False)
@@ -139,9 +138,14 @@ def templates(activator: ActivatorDep) -> list[_wire.TemplateOut]:
 
 
 @get("/templates/aliases/{alias:str}", sync_to_thread=False)
-def template_alias(alias: str, activator: ActivatorDep) -> _wire.TemplateAlias:
+def template_alias(alias: FromPath[str], activator: ActivatorDep) -> _wire.TemplateAlias:
     """The template an alias (or a name, `name:tag`) resolves to; 404 when none does (`exists()` is False)."""
     return _wire.TemplateAlias(template_id=activator.catalog.resolve(alias).name, public=True)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """A query time without an offset is UTC (the SDK sends one; curl users may not)."""
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 
 def _from_cursor(line: LogLine, cursor: int, direction: Literal["forward", "backward"]) -> bool:

@@ -6,29 +6,48 @@ the JS SDK and CLI the v1 paths. Success codes are exact (the SDK parses only do
 
 from __future__ import annotations
 
-from litestar import Response, delete, post
+from typing import Annotated, Any
+
+import msgspec
+from litestar import MediaType, Request, Response, delete, post
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import JSONBody
+from litestar.params import HeaderParameter, JSONBody
 
 from activator._e2b import _convert, _wire
 from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
 
 __all__ = ["LIFECYCLE_ROUTES"]
 
-
-@post("/v2/sandboxes", status_code=201)
-async def create_v2(data: JSONBody[_wire.NewSandbox], activator: ActivatorDep, owner: OwnerDep) -> _wire.Sandbox:
-    """Create (v2): 300 s default timeout, always secured with an envd access token."""
-    request = _convert.create_request(data, default_timeout=activator.settings.default_timeout, default_secure=True)
-    return _convert.sandbox(await activator.create(owner, request))
+_AnyRequest = Request[Any, Any, Any]
+# E2B's header (the SDK sends it on creates and their retries); checked by `_idempotency`, None: no key.
+_IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
+_encode = msgspec.json.Encoder().encode
 
 
-@post("/sandboxes", status_code=201)
-async def create_v1(data: JSONBody[_wire.NewSandbox], activator: ActivatorDep, owner: OwnerDep) -> _wire.Sandbox:
-    """Create (v1): 15 s default timeout, envd access token only when `secure` is true."""
-    settings = activator.settings
-    request = _convert.create_request(data, default_timeout=settings.default_timeout_v1, default_secure=False)
-    return _convert.sandbox(await activator.create(owner, request))
+@post(["/v2/sandboxes", "/sandboxes"], status_code=201)
+async def create(
+    request: _AnyRequest,
+    data: JSONBody[_wire.NewSandbox],
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    idempotency_key: _IdempotencyKey = None,
+) -> Response[bytes]:
+    """Create, at most once per `Idempotency-Key` (the same key and body replay the first answer). v2: 300 s
+    default timeout, always secured with an envd access token; v1: 15 s, an envd access token only when `secure`."""
+    v2, settings = request.url.path.startswith("/v2/"), activator.settings
+    wanted = _convert.create_request(
+        data,
+        default_timeout=settings.default_timeout if v2 else settings.default_timeout_v1,
+        default_secure=v2,
+    )
+
+    async def answer() -> bytes:
+        return _encode(_convert.sandbox(await activator.create(owner, wanted)))
+
+    sent = (request.url.path, await request.body())
+    return Response(
+        await activator.once(owner, idempotency_key, sent, answer), status_code=201, media_type=MediaType.JSON
+    )
 
 
 @delete("/sandboxes/{sandbox_id:str}", status_code=204)
@@ -58,9 +77,16 @@ async def refresh(
 
 
 @post("/sandboxes/{sandbox_id:str}/pause", status_code=204)
-async def pause(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> None:
-    """Pause; 409 when already paused (the SDK's `pause()` then returns False). The body's options are ignored."""
-    await activator.pause(owner, sandbox_id)
+async def pause(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    data: JSONBody[_wire.PauseRequest | None] = None,
+) -> None:
+    """Pause; 409 when already paused (the SDK's `pause()` then returns False). `memory: false` keeps files only;
+    `requireHealthyGuest` answers 503 and leaves it running when its executor does not answer."""
+    options = data or _wire.PauseRequest()
+    await activator.pause(owner, sandbox_id, memory=options.memory, healthy_guest=options.require_healthy_guest)
 
 
 @post(["/v2/sandboxes/{sandbox_id:str}/connect", "/sandboxes/{sandbox_id:str}/connect"])
@@ -72,7 +98,7 @@ async def connect(
 ) -> Response[_wire.Sandbox]:
     """Connect: 201 when it resumed a paused sandbox, 200 when it was running (its TTL only lengthened)."""
     timeout = data.timeout if data and data.timeout is not None else activator.settings.default_timeout
-    record, resumed = await activator.connect(owner, sandbox_id, timeout)
+    record, resumed = await activator.connect(owner, sandbox_id, timeout, memory=data.memory if data else True)
     return Response(_convert.sandbox(record), status_code=201 if resumed else 200)
 
 
@@ -88,4 +114,4 @@ async def resume(
     return _convert.sandbox(await activator.resume(owner, sandbox_id, timeout))
 
 
-LIFECYCLE_ROUTES: list[HTTPRouteHandler] = [create_v2, create_v1, kill, set_timeout, refresh, pause, connect, resume]
+LIFECYCLE_ROUTES: list[HTTPRouteHandler] = [create, kill, set_timeout, refresh, pause, connect, resume]

@@ -29,6 +29,7 @@ __all__ = [
     "NetworkOut",
     "NetworkUpdate",
     "NewSandbox",
+    "PauseRequest",
     "RefreshRequest",
     "ResumeRequest",
     "Sandbox",
@@ -102,9 +103,18 @@ class NewSandbox(_Wire):
 
 
 class ConnectRequest(_Wire):
-    """`ConnectSandboxV2` and v1 `ConnectSandbox`; `memory` (cold-boot resume) is accepted and ignored."""
+    """`ConnectSandboxV2` and v1 `ConnectSandbox`; `memory: false` resumes a paused sandbox from its files only."""
 
     timeout: _Seconds | None = None
+    memory: bool = True
+
+
+class PauseRequest(_Wire):
+    """`SandboxPauseRequest`: `memory: false` keeps files only; `requireHealthyGuest` pauses only a sandbox whose
+    executor answers."""
+
+    memory: bool = True
+    require_healthy_guest: bool = False
 
 
 class ResumeRequest(_Wire):
@@ -127,6 +137,7 @@ class RefreshRequest(_Wire):
 class ErrorBody(_Wire):
     code: int
     message: str
+    error_code: str | None = msgspec.field(default=None, name="error_code")  # E2B's machine-readable code
 
 
 class Sandbox(_Wire):

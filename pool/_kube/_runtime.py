@@ -104,7 +104,8 @@ class KubernetesRuntime(KubeSandboxes):
     def snapshotted_ids(self) -> set[str]:
         return self._sets.ids(snapshotted=True)
 
-    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+    async def snapshot(self, sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
+        """Archive the working directory and scale to zero; files only here, with or without `memory`."""
         await self._watch()
         started = time.monotonic()
         found = await self._replica_set(sandbox_id)
@@ -123,7 +124,8 @@ class KubernetesRuntime(KubeSandboxes):
         _log.info("sandbox %s: snapshot (filesystem) in %.0f ms, %d bytes", sandbox_id, seconds * 1000, record.size)
         return SnapshotInfo(kind="filesystem", seconds=seconds, image_bytes=record.size)
 
-    async def restore(self, spec: SandboxSpec) -> None:
+    async def restore(self, spec: SandboxSpec, *, memory: bool = True) -> None:
+        """A fresh pod over the archived files: a cold boot, with or without `memory` (no image is ever kept)."""
         spec = self._as_sandbox_user(spec)
         self.note_spec(spec)
         sandbox_id = spec.sandbox_id

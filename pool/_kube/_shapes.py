@@ -13,10 +13,12 @@ objects, and replicas of different versions read each other's: every key and nam
                                            state, template                           data `record`: the record
     Secret `agent-sandbox-keys`            (none)                                    type `KEYS_TYPE`, data: key id
                                                                                      -> its digest, name, time
+    Secret `idempotency-<digest>`          role=idempotency-key                      type `IDEMPOTENCY_TYPE`, data
+                                                                                     `claim`: a claimed key
 
 Every key is under `agent-sandbox.dev/`. What each one means is documented where it is written: the sandbox's
 ReplicaSet in `_manifest`, the warm pool's in `_pool_manifest`, the archive in `_archive`, the records and keys
-in `activator._kube_store`.
+in `activator._kube_store`, the claimed Idempotency-Keys in `activator._kube_ledger`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ __all__ = [
     "ARCHIVE_ROLE",
     "CLAIMED_AT_ANNOTATION",
     "CLAIMED_LABEL",
+    "CLAIM_DATA",
     "CREATED_ANNOTATION",
+    "IDEMPOTENCY_ROLE",
+    "IDEMPOTENCY_SELECTOR",
+    "IDEMPOTENCY_TYPE",
     "ID_LABEL",
     "KEYS_SECRET",
     "KEYS_TYPE",
@@ -60,6 +66,7 @@ __all__ = [
     "SecretList",
     "SecretMeta",
     "archive_secret_name",
+    "idempotency_secret_name",
     "pool_name",
     "record_secret_name",
     "replica_set_name",
@@ -82,6 +89,8 @@ RECORD_ROLE = "sandbox-record"
 ROLE_SELECTOR = f"{ROLE_LABEL}={SANDBOX_ROLE}"
 WARM_SELECTOR = f"{ROLE_LABEL}={WARM_ROLE}"
 RECORD_SELECTOR = f"{ROLE_LABEL}={RECORD_ROLE}"
+IDEMPOTENCY_ROLE = "idempotency-key"
+IDEMPOTENCY_SELECTOR = f"{ROLE_LABEL}={IDEMPOTENCY_ROLE}"
 
 CLAIMED_AT_ANNOTATION = _PREFIX + "claimed-at"
 WARMING_ANNOTATION = _PREFIX + "warming"
@@ -103,6 +112,8 @@ KEYS_TYPE = _PREFIX + "api-keys"
 KEYS_SECRET = "agent-sandbox-keys"
 RECORD_DATA = "record"  # the record Secret's one data key
 ARCHIVE_DATA = "archive"  # an archive Secret's one data key
+IDEMPOTENCY_TYPE = _PREFIX + "idempotency-key"
+CLAIM_DATA = "claim"  # an idempotency Secret's one data key
 
 
 def replica_set_name(sandbox_id: str) -> str:
@@ -119,6 +130,11 @@ def record_secret_name(sandbox_id: str) -> str:
 
 def archive_secret_name(sandbox_id: str, n: int) -> str:
     return f"sandbox-{sandbox_id}-archive-{n}"
+
+
+def idempotency_secret_name(digest: str) -> str:
+    """`digest`: hex of the (API key id, Idempotency-Key) pair, whose characters a name may not all take."""
+    return f"idempotency-{digest}"
 
 
 class SecretMeta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

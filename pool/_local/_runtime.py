@@ -75,11 +75,11 @@ class LocalRuntime(LocalSandboxes):
     def snapshotted_ids(self) -> set[str]:
         return set(self._snapshots)
 
-    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+    async def snapshot(self, sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
         if (done := self._snapshots.get(sandbox_id)) is not None:
             return done
         box = self._running(sandbox_id)
-        criu = await self._criu.binary()
+        criu = await self._criu.binary() if memory else None
         started = time.monotonic()
         box.stopping = True  # from here on its end is no crash
         kind: SnapshotKind = "criu" if criu is not None else "filesystem"
@@ -103,7 +103,7 @@ class LocalRuntime(LocalSandboxes):
             return False
         return True
 
-    async def restore(self, spec: SandboxSpec) -> None:
+    async def restore(self, spec: SandboxSpec, *, memory: bool = True) -> None:
         sandbox_id = spec.sandbox_id
         if sandbox_id in self._sandboxes:
             return
@@ -112,6 +112,8 @@ class LocalRuntime(LocalSandboxes):
         if info is None or box is None:
             raise SandboxGone(f"sandbox {sandbox_id} is not snapshotted")
         layers = self._pinned_layers(box)
+        if info.kind == "criu" and not memory:  # a cold boot: the image goes for good, the files stay
+            info = self._snapshots[sandbox_id] = await asyncio.to_thread(_downgrade, box)
         self._sandboxes[sandbox_id] = box
         try:
             box.cgroup.create(box.resources)
@@ -201,7 +203,7 @@ def _forget_snapshot(box: Sandbox) -> None:
 
 
 def _downgrade(box: Sandbox) -> SnapshotInfo:
-    """A memory image that cannot be restored is dropped: the snapshot keeps the sandbox's files only."""
+    """A memory image that cannot (or must not) be restored is dropped: the snapshot keeps the sandbox's files only."""
     drop_image(box.directory)
     recorded = box.snapshot_info()
     return _record(box, "filesystem", recorded.seconds if recorded else 0.0)
