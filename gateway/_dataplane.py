@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from activator import Ingress
 from executor.envd import ENVD_PORT
-from gateway._errors_response import ASGIApp, Receive, Scope, Send, error_reply, send_error
+from gateway._errors_response import ASGIApp, ErrorReply, Receive, Scope, Send, error_reply, send_error
 from gateway._http_proxy import UpstreamConnection, proxy_http
-from gateway._routing import Router, RoutingError, host_header
+from gateway._routing import Route, Router, RoutingError, host_header
 from gateway._traffic import TrafficRefused, admit
 from gateway._upstream import UpstreamOpener, UpstreamPool
 from gateway._ws_proxy import proxy_websocket, reject_websocket
@@ -41,20 +42,29 @@ class DataPlane:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
-        route = None
         try:
             route = self._router.parse(host_header(headers), headers)
-            if route is None:
-                await self.app(scope, receive, send)
-                return
-            ingress = await self._opener.ingress(route.sandbox_id) if route.port != ENVD_PORT else None
-            host = admit(ingress, route, headers)
-        except (RoutingError, TrafficRefused) as exc:
-            reply = error_reply(exc, route.sandbox_id if route else None)
-            await (send_error(send, reply) if kind == "http" else reject_websocket(scope, send, reply))
+        except RoutingError as exc:
+            await _refuse(scope, send, error_reply(exc, None))
+            return
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            host = admit(await self._ingress(route), route, headers)
+        except TrafficRefused as exc:
+            await _refuse(scope, send, error_reply(exc, route.sandbox_id))
             return
         self._opener.touch(route.sandbox_id)
         if kind == "http":
             await proxy_http(scope, receive, send, route, self._opener, self.pool, host=host)
         else:
             await proxy_websocket(scope, receive, send, route, self._opener, host=host)
+
+    async def _ingress(self, route: Route) -> Ingress | None:
+        """The sandbox's ingress rules, which envd's port is exempt from (so its requests skip the lookup)."""
+        return None if route.port == ENVD_PORT else await self._opener.ingress(route.sandbox_id)
+
+
+async def _refuse(scope: Scope, send: Send, reply: ErrorReply) -> None:
+    await (send_error(send, reply) if scope["type"] == "http" else reject_websocket(scope, send, reply))

@@ -13,7 +13,6 @@ import hmac
 from collections.abc import Iterable
 
 from activator import Ingress
-from executor.envd import ENVD_PORT
 from gateway._routing import Route
 
 __all__ = ["TRAFFIC_TOKEN_HEADER", "TrafficRefused", "admit"]
@@ -37,9 +36,10 @@ class TrafficRefused(Exception):
 def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     """The Host the request goes on with (None: the client's own), or TrafficRefused.
 
-    `ingress` None (an unknown sandbox) admits: the proxy then answers as for any unknown sandbox.
+    `ingress` None admits: an unknown sandbox (the proxy then answers as for any), or envd's port, which the
+    data plane exempts without asking for the rules.
     """
-    if ingress is None or route.port == ENVD_PORT:
+    if ingress is None:
         return None
     token = ingress.traffic_access_token
     if token is not None:
