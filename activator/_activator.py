@@ -23,8 +23,8 @@ import msgspec
 from activator._activity import Activity
 from activator._catalog import TemplateCatalog
 from activator._coordination import Coordinator, SoloCoordinator
-from activator._errors import ActivatorError, GuestUnresponsive, InvalidRequest, SandboxConflict, SandboxNotFound
-from activator._guest import GUEST_DEADLINE, guest_answers
+from activator._errors import ActivatorError, InvalidRequest, SandboxConflict, SandboxNotFound
+from activator._guest import require_healthy_guest
 from activator._holds import HoldGate
 from activator._idempotency import Idempotency
 from activator._idle import IdlePolicy
@@ -199,16 +199,10 @@ class Activator:
 
         Not `memory` (`mode="filesystem"`): files only, its processes are gone whatever the runtime could keep.
         `healthy_guest` (`strict=True`): a running sandbox whose executor does not answer is not paused
-        (GuestUnresponsive, 503; see `_guest`). One the idle policy froze or scaled to zero has no executor to ask
-        and is paused as it stands.
+        (GuestUnresponsive, 503; see `_guest`).
         """
         if healthy_guest:
-            record = await self.lookup(owner, sandbox_id)
-            if record.state is SandboxState.RUNNING and not await guest_answers(self._runtime, record):
-                raise GuestUnresponsive(
-                    f"sandbox {sandbox_id} was not paused: its executor did not answer within {GUEST_DEADLINE:g} s "
-                    "(requireHealthyGuest)"
-                )
+            await require_healthy_guest(self._runtime, await self.lookup(owner, sandbox_id))
         await self._owned(owner, sandbox_id, Pause(memory=memory))
 
     async def connect(

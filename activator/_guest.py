@@ -3,17 +3,19 @@
 The guest agent is the executor (envd). It is asked `GET /health` straight through the runtime's socket into the
 sandbox (not the gateway's opener: the probe must neither wake the sandbox nor count as traffic), and must answer
 within `GUEST_DEADLINE` seconds. A snapshot of a sandbox whose executor hangs would bring the hang back at every
-resume; E2B answers 503 and leaves the sandbox running, and so does `Activator.pause`.
+resume; E2B answers 503 and leaves the sandbox running, and so does `Activator.pause`. A sandbox the idle policy
+froze or scaled to zero has no executor to ask (it answered when it went idle) and passes.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from activator._records import SandboxRecord
+from activator._errors import GuestUnresponsive
+from activator._records import SandboxRecord, SandboxState
 from pool import ENVD_PORT, EnvdClient, ExecutorError, PoolError, Runtime, SocketTransport
 
-__all__ = ["GUEST_DEADLINE", "guest_answers"]
+__all__ = ["GUEST_DEADLINE", "guest_answers", "require_healthy_guest"]
 
 GUEST_DEADLINE = 2.0  # seconds the executor has to answer /health
 
@@ -28,3 +30,12 @@ async def guest_answers(runtime: Runtime, record: SandboxRecord) -> bool:
     except (TimeoutError, ExecutorError, PoolError, OSError):
         return False
     return True
+
+
+async def require_healthy_guest(runtime: Runtime, record: SandboxRecord) -> None:
+    """GuestUnresponsive (503) unless the sandbox is not running or its executor answers."""
+    if record.state is SandboxState.RUNNING and not await guest_answers(runtime, record):
+        raise GuestUnresponsive(
+            f"sandbox {record.id} was not paused: its executor did not answer within {GUEST_DEADLINE:g} s "
+            "(requireHealthyGuest)"
+        )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 from e2b import AsyncSandbox, Sandbox, SandboxException, SandboxQuery
 
-from tests.server_fixtures import RunningServer
+from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
 pytestmark = pytest.mark.anyio
 
@@ -64,3 +65,14 @@ async def test_the_async_sdk_replays_the_same_sandbox(e2b_env: RunningServer) ->
         assert again.sandbox_id == first.sandbox_id
     finally:
         await first.kill()
+
+
+def test_a_restart_keeps_the_key_and_its_answer(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = new_key()
+    with running_server(data_dir) as first:
+        point_e2b_at(first, monkeypatch)
+        made = Sandbox.create(timeout=120, idempotency_key=key).sandbox_id
+    with running_server(data_dir) as second:  # the first one's sandboxes were cleaned up when it stopped
+        point_e2b_at(second, monkeypatch)
+        assert Sandbox.create(timeout=120, idempotency_key=key).sandbox_id == made
+        assert Sandbox.list().next_items() == []  # replayed: no second sandbox was made
