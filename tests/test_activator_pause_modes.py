@@ -1,0 +1,57 @@
+"""E2B's pause variants through the activator, over the fake runtime: files-only pauses, reboot resumes, and
+`requireHealthyGuest` (`pause(strict=True)`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from activator import Activator, GuestUnresponsive, SandboxState, Store
+from tests.test_activator_fakes import Clock, FakeRuntime, activator, clock, request, runtime, store, template
+
+pytestmark = pytest.mark.anyio
+
+clock, runtime, store = clock, runtime, store  # fixtures, bound for pytest
+
+
+@pytest.fixture
+def act(store: Store, runtime: FakeRuntime, clock: Clock) -> Activator:
+    return activator(store, runtime, clock)
+
+
+async def test_a_files_only_pause_asks_the_runtime_for_no_memory(act: Activator, runtime: FakeRuntime) -> None:
+    sandbox = await act.create("alice", request())
+    await act.pause("alice", sandbox.id, memory=False)
+    assert runtime.snapshots[sandbox.id] == "filesystem"  # the fake keeps "criu" unless told otherwise
+    await act.connect("alice", sandbox.id, 60)
+    assert runtime.restored[sandbox.id] == "filesystem"
+
+
+async def test_a_reboot_drops_the_memory_a_full_pause_kept(act: Activator, runtime: FakeRuntime) -> None:
+    sandbox = await act.create("alice", request())
+    await act.pause("alice", sandbox.id)
+    assert runtime.snapshots[sandbox.id] == "criu"
+    await act.connect("alice", sandbox.id, 60, memory=False)
+    assert runtime.restored[sandbox.id] == "filesystem"
+
+
+async def test_a_strict_pause_leaves_a_sandbox_whose_executor_is_unreachable_running(
+    act: Activator, runtime: FakeRuntime
+) -> None:
+    sandbox = await act.create("alice", request())  # nothing listens on envd's port in the fake
+    with pytest.raises(GuestUnresponsive) as raised:
+        await act.pause("alice", sandbox.id, healthy_guest=True)
+    assert raised.value.status_code == 503
+    assert act.get("alice", sandbox.id).state is SandboxState.RUNNING
+    assert ("snapshot", sandbox.id) not in runtime.calls
+
+
+async def test_a_strict_pause_of_an_idle_snapshotted_sandbox_has_no_executor_to_ask(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    act = activator(store, runtime, clock, template(snapshot_after=1.0))
+    sandbox = await act.create("alice", request())
+    clock.advance(2)
+    await act.reap_once()  # the idle policy scales it to zero
+    assert act.get("alice", sandbox.id).state is SandboxState.SNAPSHOTTED
+    await act.pause("alice", sandbox.id, healthy_guest=True)
+    assert act.get("alice", sandbox.id).reported_state is SandboxState.PAUSED
