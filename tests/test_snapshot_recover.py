@@ -33,16 +33,20 @@ def launchers() -> Iterator[list[subprocess.Popen[bytes]]]:
 async def _before_the_crash(
     tmp_path: Path, criu: bool, sandbox_id: str, launchers: list[subprocess.Popen[bytes]], *, snapshot: bool
 ) -> None:
-    """A runtime starts a sandbox (and snapshots it), then is abandoned like a killed server."""
+    """A runtime starts a sandbox (and snapshots it), then is abandoned like a killed server: in an event loop of
+    its own, which ends with it (what it left running must not live on in the test's loop)."""
 
-    rt = new_runtime(runtime_settings(tmp_path, criu=criu))
-    await asyncio.to_thread(rt.images.build, SERVED, lambda _line: None)  # no-op when built
-    await rt.start(served(sandbox_id))
-    await run_in_sandbox(rt, sandbox_id, "echo mine > ~/note", token="secret-token")
-    if snapshot:
-        await rt.snapshot(sandbox_id)
-    launchers.extend(box.process for box in rt._sandboxes.values() if box.process is not None)
-    rt.close()
+    async def doomed() -> None:
+        rt = new_runtime(runtime_settings(tmp_path, criu=criu))
+        await asyncio.to_thread(rt.images.build, SERVED, lambda _line: None)  # no-op when built
+        await rt.start(served(sandbox_id))
+        await run_in_sandbox(rt, sandbox_id, "echo mine > ~/note", token="secret-token")
+        if snapshot:
+            await rt.snapshot(sandbox_id)
+        launchers.extend(box.process for box in rt._sandboxes.values() if box.process is not None)
+        rt.close()
+
+    await asyncio.to_thread(asyncio.run, doomed())
 
 
 @pytest.mark.parametrize("criu", [True, False], ids=["criu", "filesystem"])
