@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,33 @@ def _warm_target(text: str) -> tuple[str, int]:
 def _env_warm() -> list[tuple[str, int]]:
     value = os.environ.get(_ENV_PREFIX + "WARM", "")
     return [_warm_target(item) for item in value.split(",") if item]
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an IP address, not {text!r}") from None
+
+
+def _cidr(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an IP address or CIDR, not {text!r}") from None
+
+
+def _ca_certs(text: str) -> Path | None:
+    return None if text == "none" else Path(text)
+
+
+def _env_list(flag: str, convert: Callable[[str], str]) -> list[str]:
+    """A repeatable flag's default from env AGENT_SANDBOX_<FLAG> as a comma-separated list."""
+    value = os.environ.get(_ENV_PREFIX + flag.removeprefix("--").upper().replace("-", "_"), "")
+    try:
+        return [convert(item) for item in value.split(",") if item]
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"agent-sandbox: {flag} (environment): {exc}") from None
 
 
 def _env_option(
@@ -107,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     _env_option(serve, "--hold-deadline", defaults.hold_deadline, type=float,
         help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)")
+    serve.add_argument("--sandbox-dns", type=_address, action="append", default=_env_list("--sandbox-dns", _address),
+        metavar="IP", help="a DNS server for sandboxes' queries (repeatable; default: the host's resolv.conf)")
+    serve.add_argument("--sandbox-denied-cidr", type=_cidr, action="append",
+        default=_env_list("--sandbox-denied-cidr", _cidr), metavar="CIDR",
+        help="never reachable from sandboxes, on top of private and link-local ranges and the host (repeatable)")
+    _env_option(serve, "--sandbox-ca-certs", defaults.sandbox_ca_certs, type=_ca_certs, metavar="PATH|none",
+        help="extra CAs sandboxes trust: a directory of *.crt or a PEM file (default %(default)s; none: off)")
     # fmt: on
     _add_runtime(serve, defaults)
 
@@ -160,7 +195,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
                     kube_sandbox_service_account=args.kube_sandbox_service_account,
                     api_key_secret=args.api_key_secret, redis_url=args.redis_url, replica_id=args.replica_id,
-                    lease_duration=float(args.lease_duration),
+                    lease_duration=float(args.lease_duration), sandbox_dns=tuple(args.sandbox_dns),
+                    sandbox_denied_cidrs=tuple(args.sandbox_denied_cidr), sandbox_ca_certs=args.sandbox_ca_certs,
                 )
             )  # fmt: skip
         case "keys":

@@ -31,6 +31,7 @@ from gateway._http_proxy import UpstreamConnection
 from gateway._settings import ServeSettings
 from gateway._upstream import UpstreamPool
 from pool import (
+    EgressSettings,
     ExecutorInit,
     KubernetesRuntime,
     KubeWarmPools,
@@ -158,7 +159,11 @@ async def _open_runtime(
         return kube
     local = LocalRuntime(
         LocalRuntimeSettings(
-            data_dir=settings.data_dir, image_cache=settings.image_cache, executor_source=settings.executor_source
+            data_dir=settings.data_dir,
+            image_cache=settings.image_cache,
+            executor_source=settings.executor_source,
+            egress=EgressSettings(dns_servers=settings.sandbox_dns, denied=settings.sandbox_denied_cidrs),
+            ca_certs=settings.sandbox_ca_certs,
         ),
         parent_cgroup=settings.cgroup_name,
     )

@@ -42,6 +42,11 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str | None = None  # several replicas: what they share (route cache, activation locks, activity)
     replica_id: str = ""  # this replica's name among the others ("" = the pod's name, else host name and pid)
     lease_duration: float = 15.0  # kubernetes: seconds until another replica takes over a dead leader's loops
+    # local: where sandboxes' DNS queries go (() = the host's resolv.conf), CIDRs no sandbox reaches on top of the
+    # private ranges, and the extra CAs sandboxes trust (None: only their template's); docs/networking.md
+    sandbox_dns: tuple[str, ...] = ()
+    sandbox_denied_cidrs: tuple[str, ...] = ()
+    sandbox_ca_certs: Path | None = Path("/usr/local/share/ca-certificates")
 
     @property
     def cgroup_name(self) -> str:

@@ -35,7 +35,7 @@ from pool._kube import (
     while_leading,
 )
 from pool._kube import _shapes as kube_shapes  # the Kubernetes objects' names, labels, annotations and Secrets
-from pool._local import LocalRuntime, LocalRuntimeSettings
+from pool._local import EgressSettings, LocalRuntime, LocalRuntimeSettings
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
 from pool._local._images import ImageStore
@@ -63,6 +63,7 @@ __all__ = [
     "Autostart",
     "BodyReader",
     "EgressRules",
+    "EgressSettings",
     "EnvdClient",
     "EnvdTransport",
     "ExecutorError",

@@ -1,9 +1,10 @@
 """Warm pools: per template, sandboxes started ahead of demand so that a create only has to claim one.
 
 A warm sandbox is an ordinary sandbox of the runtime, started with an id from the caller's id source and no
-access token; it has no record, so nothing above the pool can see or reach it until it is claimed. A claim
-applies the caller's init (env vars, access token, default user; envd's `POST /init`) to the running executor,
-so the sandbox keeps its processes and its id becomes the sandbox's id for good. An empty pool answers `None`
+access token and no egress (`NO_EGRESS`); it has no record, so nothing above the pool can see or reach it until
+it is claimed. A claim applies the caller's init (env vars, access token, default user; envd's `POST /init`) to
+the running executor, so the sandbox keeps its processes and its id becomes the sandbox's id for good; the
+claimer then gives it its egress rules (`Runtime.set_egress`). An empty pool answers `None`
 at once and the caller cold-starts: a drained pool costs a dictionary lookup more than a cold start.
 
 The refill is one background coroutine (`run`), woken by every claim and every finished start. Refills are
@@ -27,11 +28,13 @@ from typing import Protocol
 from executor.envd import ENVD_PORT
 from pool._errors import PoolError
 from pool._executor_client import post_init
-from pool._runtime import ExecutorInit, SandboxSpec
+from pool._runtime import ALL_TRAFFIC, EgressRules, ExecutorInit, SandboxSpec
 from pool._templates import Template
 from pool._warm_state import TemplatePool, WarmPoolStats, resolve_targets
 
-__all__ = ["WarmPoolStats", "WarmPools", "WarmRuntime", "apply_claim_init"]
+__all__ = ["NO_EGRESS", "WarmPoolStats", "WarmPools", "WarmRuntime", "apply_claim_init"]
+
+NO_EGRESS = EgressRules(deny_out=ALL_TRAFFIC)  # what a warm sandbox may reach before its claim: nothing
 
 _log = logging.getLogger("pool.warm")
 
@@ -211,9 +214,10 @@ class WarmPools:
         sandbox_id = self._new_id()
         template = pool.template
         init = ExecutorInit(default_user=template.user, default_workdir=template.workdir)
+        spec = SandboxSpec(sandbox_id=sandbox_id, template=template, init=init, egress=NO_EGRESS)
         began = time.monotonic()
         try:
-            await self._runtime.start(SandboxSpec(sandbox_id=sandbox_id, template=template, init=init))
+            await self._runtime.start(spec)
         # Any failure, not only PoolError: this task's errors have no caller to go to, and claims fall back to
         # cold starts anyway. Unexpected ones are logged with their traceback (`_failed`).
         except Exception as exc:

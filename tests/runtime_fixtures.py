@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway._settings import DEFAULT_TEMPLATES, ServeSettings
-from pool import ExecutorInit, LocalRuntime, LocalRuntimeSettings, SandboxSpec, Template, load_templates
+from pool import EgressSettings, ExecutorInit, LocalRuntime, LocalRuntimeSettings, SandboxSpec, Template, load_templates
 from pool._local._criu import criu_dir, probe
 
 __all__ = [
@@ -27,11 +27,13 @@ def spec(sandbox_id: str, template: Template | None = None) -> SandboxSpec:
     return SandboxSpec(sandbox_id=sandbox_id, template=template or TEMPLATES["base"], init=ExecutorInit())
 
 
-def runtime_settings(data_dir: Path, *, criu: bool = True, ports_timeout: float = 30.0) -> LocalRuntimeSettings:
-    """Settings for a test runtime; `criu=False` forces files-only snapshots."""
+def runtime_settings(
+    data_dir: Path, *, criu: bool = True, ports_timeout: float = 30.0, egress: EgressSettings | None = None
+) -> LocalRuntimeSettings:
+    """Settings for a test runtime; `criu=False` forces files-only snapshots; `egress` e.g. names the test DNS."""
     return LocalRuntimeSettings(
         data_dir=data_dir, image_cache=IMAGE_CACHE, executor_source=ServeSettings().executor_source,
-        criu_dir=criu_dir() if criu else None, ports_timeout=ports_timeout,
+        criu_dir=criu_dir() if criu else None, ports_timeout=ports_timeout, egress=egress or EgressSettings(),
     )  # fmt: skip
 
 
@@ -42,10 +44,10 @@ def new_runtime(settings: LocalRuntimeSettings) -> LocalRuntime:
 
 @asynccontextmanager
 async def local_runtime(
-    data_dir: Path, *, criu: bool = True, ports_timeout: float = 30.0
+    data_dir: Path, *, criu: bool = True, ports_timeout: float = 30.0, egress: EgressSettings | None = None
 ) -> AsyncIterator[LocalRuntime]:
     """A runtime whose sandboxes, running or snapshotted, are all stopped when the block ends."""
-    runtime = new_runtime(runtime_settings(data_dir, criu=criu, ports_timeout=ports_timeout))
+    runtime = new_runtime(runtime_settings(data_dir, criu=criu, ports_timeout=ports_timeout, egress=egress))
     await asyncio.to_thread(runtime.images.build, TEMPLATES["base"], lambda _line: None)  # no-op when built
     try:
         yield runtime

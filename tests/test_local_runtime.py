@@ -10,7 +10,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from pool import LocalRuntime, PortClosed, Resources, RuntimeFailure
+
+from pool import ALL_TRAFFIC, EgressRules, LocalRuntime, PortClosed, Resources, RuntimeFailure
 from tests.polling import wait_for_async
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
@@ -38,13 +39,13 @@ async def test_sandbox_sees_only_its_own_processes(tmp_path: Path) -> None:
     await _run(tmp_path, scenario)
 
 
-async def test_network_is_loopback_only(tmp_path: Path) -> None:
+async def test_network_is_loopback_only_without_egress(tmp_path: Path) -> None:
     async def scenario(rt: LocalRuntime) -> None:
-        await rt.start(spec("loopbackonly"))
+        await rt.start(msgspec.structs.replace(spec("loopbackonly"), egress=EgressRules(deny_out=ALL_TRAFFIC)))
         interfaces = await run_in_sandbox(rt, "loopbackonly", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
         assert interfaces.stdout.split() == ["lo"]
         outside = await run_in_sandbox(
-            rt, "loopbackonly", "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=2)'"
+            rt, "loopbackonly", "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=60)'"
         )
         assert outside.exit_code != 0
         assert "Network is unreachable" in outside.stderr

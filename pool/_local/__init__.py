@@ -1,5 +1,6 @@
 """The `local` runtime: sandboxes as isolated process trees on this machine."""
 
+from pool._local._egress import EgressSettings
 from pool._local._runtime import LocalRuntime, LocalRuntimeSettings
 
-__all__ = ["LocalRuntime", "LocalRuntimeSettings"]
+__all__ = ["EgressSettings", "LocalRuntime", "LocalRuntimeSettings"]

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
@@ -23,12 +23,14 @@ import msgspec
 from pool._errors import PoolError
 from pool._local._cgroups import cgroup_layout
 from pool._local._criu import probe
+from pool._local._egress_policy import ALWAYS_DENIED, EgressPolicy
 from pool._local._images import ImageStore
+from pool._local._nft import run_nft
 from pool._local._runtime import LocalRuntime, LocalRuntimeSettings
 from pool._local._seccomp import seccomp_filter
-from pool._local._syscalls import CLONE_NEWNS, bind_idmapped, make_mounts_private, mount, unshare
+from pool._local._syscalls import CLONE_NEWNET, CLONE_NEWNS, bind_idmapped, make_mounts_private, mount, unshare
 from pool._local._userns import create_userns, host_id_base
-from pool._runtime import ExecutorInit, SandboxSpec
+from pool._runtime import EgressRules, ExecutorInit, SandboxSpec
 from pool._templates import Template
 
 __all__ = ["PlatformCheck", "check_platform"]
@@ -54,7 +56,7 @@ def check_platform(
     """Run every check (blocking, about a second; not inside an event loop)."""
     images = ImageStore(image_cache, executor_source)
     built = {name: images.is_built(template) for name, template in templates.items()}
-    checks = [_root(), _bubblewrap(), _cgroups(), _idmapped_overlay(), _seccomp()]
+    checks = [_root(), _bubblewrap(), _cgroups(), _idmapped_overlay(), _seccomp(), _nftables()]
     if all(check.ok for check in checks):
         checks.append(_sandbox(data_dir, image_cache, executor_source, templates, built))
     listing = ", ".join(f"{name}: {'built' if ok else 'not built'}" for name, ok in built.items())
@@ -96,6 +98,45 @@ def _seccomp() -> PlatformCheck:
     )
 
 
+def _nftables() -> PlatformCheck:
+    """Sandbox egress puts an nftables table into each sandbox's namespace through libnftables: tried in a
+    throwaway network namespace (the sandbox trial then sets up a whole egress path)."""
+    try:
+        error = _in_child(_nft_trial)
+    except OSError as exc:
+        error = str(exc)
+    if error:
+        return PlatformCheck(name="nftables", ok=False, detail=f"sandbox egress rules cannot be set: {error}")
+    return PlatformCheck(name="nftables", ok=True, detail="libnftables sets a sandbox's egress table")
+
+
+def _nft_trial() -> str:
+    unshare(CLONE_NEWNET)
+    run_nft(EgressPolicy(EgressRules(), always_denied=ALWAYS_DENIED).ruleset("agent_sandbox_doctor", replace=False))
+    return ""
+
+
+def _in_child(trial: Callable[[], str]) -> str:
+    """Run `trial` in a forked child, so the namespaces it enters stay there; returns "" or what failed."""
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report and _exit, whatever happens
+        message = ""
+        try:
+            message = trial()
+        except BaseException as exc:
+            message = str(exc) or repr(exc)
+        finally:
+            os.write(report_w, message.encode())
+            os._exit(0)
+    os.close(report_w)
+    try:
+        with os.fdopen(report_r, "rb") as report:
+            return report.read().decode(errors="replace")
+    finally:
+        os.waitpid(pid, 0)
+
+
 def _idmapped_overlay() -> PlatformCheck:
     """A root-owned file in an id-mapped layer under an overlay must show the sandbox's root uid."""
     name = "user namespaces"
@@ -123,29 +164,19 @@ def _idmap_trial(work: Path) -> str:
         os.chown(work / sub, base, base)
     options = f"lowerdir={work / 'lower'},upperdir={work / 'upper'},workdir={work / 'work'}"
     userns_fd = create_userns(0)
-    report_r, report_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report and _exit, whatever happens
-        message = ""
-        try:
-            unshare(CLONE_NEWNS)
-            make_mounts_private()
-            bind_idmapped(str(work / "layer"), str(work / "lower"), userns_fd, read_only=True)
-            mount("overlay", str(work / "merged"), "overlay", options)
-            owner = os.stat(work / "merged" / "probe").st_uid
-            message = "" if owner == base else f"a root-owned file shows uid {owner}, not {base}"
-        except BaseException as exc:
-            message = str(exc) or repr(exc)
-        finally:
-            os.write(report_w, message.encode())
-            os._exit(0)
-    os.close(report_w)
-    os.close(userns_fd)
+
+    def trial() -> str:
+        unshare(CLONE_NEWNS)
+        make_mounts_private()
+        bind_idmapped(str(work / "layer"), str(work / "lower"), userns_fd, read_only=True)
+        mount("overlay", str(work / "merged"), "overlay", options)
+        owner = os.stat(work / "merged" / "probe").st_uid
+        return "" if owner == base else f"a root-owned file shows uid {owner}, not {base}"
+
     try:
-        with os.fdopen(report_r, "rb") as report:
-            return report.read().decode(errors="replace")
+        return _in_child(trial)
     finally:
-        os.waitpid(pid, 0)
+        os.close(userns_fd)
 
 
 def _sandbox(

@@ -22,16 +22,19 @@ from pool._autostart import run_autostart
 from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGone
 from pool._local._cgroups import SandboxCgroup, cgroup_root_for
 from pool._local._criu import DEFAULT_CRIU_DIR
+from pool._local._egress import Egress, EgressSettings
+from pool._local._egress_policy import DNS_ADDRESS
 from pool._local._images import ImageStore
 from pool._local._launcher import ROOT_MOUNTPOINT, launch
 from pool._local._netns import NetnsSocketFactory
 from pool._local._orphans import reap_orphans
 from pool._local._sandbox import Sandbox, load_sandbox, tree_size
+from pool._local._sandbox_files import SandboxFiles
 from pool._local._seccomp import seccomp_filter
 from pool._local._slots import SlotAllocator
 from pool._local._syscalls import set_child_subreaper
 from pool._local._userns import IDS_PER_SANDBOX, host_id_base
-from pool._runtime import SandboxSpec, SandboxStats, SnapshotInfo
+from pool._runtime import EgressRules, SandboxSpec, SandboxStats, SnapshotInfo
 from pool._template_start import bring_up
 from pool._templates import Resources
 
@@ -50,6 +53,8 @@ class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
     criu_dir: Path | None = DEFAULT_CRIU_DIR  # where scripts/build-criu installs CRIU; None: files-only snapshots
     start_timeout: float = 20.0
     ports_timeout: float = 30.0  # how long start and restore wait for a template's ports to accept connections
+    egress: EgressSettings = EgressSettings()
+    ca_certs: Path | None = Path("/usr/local/share/ca-certificates")  # the host's extra CAs sandboxes trust; None: off
 
 
 class LocalSandboxes:
@@ -62,6 +67,8 @@ class LocalSandboxes:
         self._cgroups = cgroup_root_for(parent_cgroup)
         self._slots = SlotAllocator(settings.slot_dir)
         self._sockets = NetnsSocketFactory()
+        self._egress = Egress(settings.egress, self._sockets)
+        self._files = SandboxFiles(ca_certs=settings.ca_certs, dns_address=DNS_ADDRESS)
         self._seccomp = seccomp_filter()
         ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
         self._root = settings.data_dir / "sandboxes"
@@ -90,11 +97,13 @@ class LocalSandboxes:
             layers = self._images.layer_dirs(spec.template)
         except ImageBuildError as exc:
             raise RuntimeFailure(str(exc)) from exc
+        self._egress.policy(spec.egress)  # refused before anything starts
         box = self._prepare(spec.sandbox_id, layers, spec.template.resources)
         self._sandboxes[spec.sandbox_id] = box
         try:
             box.cgroup.create(spec.template.resources)
             await self._launch(box, layers)
+            await self._connect(box, spec.egress)
             await self._bring_up(box, spec)
         except BaseException:
             await self.stop(spec.sandbox_id)
@@ -111,6 +120,7 @@ class LocalSandboxes:
         (directory / "slot").write_text(str(slot))
         (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
         (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
+        self._files.write(directory / "upper", base, layers)
         return Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
 
     async def _launch(self, box: Sandbox, layers: list[Path]) -> None:
@@ -126,6 +136,14 @@ class LocalSandboxes:
         if autostart:
             pids += await run_autostart(connect, spec, ports_timeout=timeout)
         box.set_start_pids(pids)
+
+    async def _connect(self, box: Sandbox, rules: EgressRules) -> None:
+        """Give a sandbox whose pid 1 runs its egress (`_egress`), and record the rules for its comebacks."""
+        await self._egress.attach(box.sandbox_id, box.netns_fd, rules)
+        box.set_egress_rules(rules)  # tiny: fine on the loop
+
+    async def _set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
+        await self._connect(self._running(sandbox_id), rules)
 
     def _adopt(self, box: Sandbox) -> None:
         """Make a sandbox whose pid 1 runs (started, restored or re-found) reachable, and watch for its end."""
@@ -164,6 +182,7 @@ class LocalSandboxes:
             return  # nothing runs, and the files are what it keeps
         self._snapshots.pop(sandbox_id, None)
         box = box or load_sandbox(self._root / sandbox_id, self._cgroups)
+        self._egress.detach(sandbox_id)
         if box is None:
             return
         box.stopping = True
@@ -241,6 +260,7 @@ class LocalSandboxes:
 
     def close(self) -> None:
         """Release host resources; the parent cgroup goes too once no sandbox is left in it."""
+        self._egress.close()
         self._sockets.close()
         for root in set(self._cgroups.values()):
             with contextlib.suppress(OSError):

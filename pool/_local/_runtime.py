@@ -40,9 +40,6 @@ class LocalRuntime(LocalSandboxes):
     def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
         super().__init__(settings, parent_cgroup=parent_cgroup)
         self._criu = CriuSupport(settings.criu_dir)  # the trial runs in a thread meanwhile
-        # The rules `set_egress` was last given, by sandbox id; nothing enforces them yet (sandboxes have loopback
-        # only, which over-fulfils every deny and honours no allow): the egress data path takes them over.
-        self.egress_rules: dict[str, EgressRules] = {}
 
     def capabilities(self) -> RuntimeCapabilities:
         """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""
@@ -53,9 +50,9 @@ class LocalRuntime(LocalSandboxes):
         return RuntimeCapabilities(snapshot_kind=kind, criu_version=status.version, criu_reason=status.reason)
 
     async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
-        """Record the sandbox's new rules (see `egress_rules`); SandboxGone when it does not run."""
-        self._running(sandbox_id)
-        self.egress_rules[sandbox_id] = rules
+        """Replace the running sandbox's rules (`pool._local._egress`); its connections they now deny are cut.
+        SandboxGone when it does not run; RuntimeFailure for rules this runtime cannot enforce (domains)."""
+        await self._set_egress(sandbox_id, rules)
 
     def note_spec(self, spec: SandboxSpec) -> None:
         """Nothing to keep: freeze, stats and snapshot go through cgroups and files, and `restore` gets the spec."""
@@ -82,6 +79,7 @@ class LocalRuntime(LocalSandboxes):
         criu = await self._criu.binary() if memory else None
         started = time.monotonic()
         box.stopping = True  # from here on its end is no crash
+        self._egress.detach(sandbox_id)  # its proxied connections end first: their host ends are not in an image
         kind: SnapshotKind = "criu" if criu is not None else "filesystem"
         await asyncio.to_thread(box.set_snapshot_info, SnapshotInfo(kind=kind, seconds=0.0, image_bytes=0))
         if criu is not None and not await self._checkpoint(box, criu):
@@ -118,10 +116,12 @@ class LocalRuntime(LocalSandboxes):
         try:
             box.cgroup.create(box.resources)
             if info.kind == "criu" and await self._restore_memory(box, layers):
+                await self._connect(box, spec.egress)
                 connect = functools.partial(self.open_socket, sandbox_id)
                 await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
             else:
                 await self._launch(box, layers)
+                await self._connect(box, spec.egress)
                 await self._bring_up(box, spec, autostart=True)
         except BaseException:
             self._sandboxes.pop(sandbox_id, None)
@@ -177,7 +177,16 @@ class LocalRuntime(LocalSandboxes):
                 self._adopt(box)
                 self._sandboxes[box.sandbox_id] = box
                 alive.add(box.sandbox_id)
+                await self._reconnect(box)
         return alive
+
+    async def _reconnect(self, box: Sandbox) -> None:
+        """A re-adopted sandbox's table and route are still in its namespace; the host's sockets there died with
+        the previous server and are made again, under the rules it last had."""
+        try:
+            await self._connect(box, box.egress_rules())
+        except (RuntimeFailure, OSError) as exc:
+            _log.warning("sandbox %s: its egress could not be set up again, it has none: %s", box.sandbox_id, exc)
 
     def _settle(self, box: Sandbox) -> SnapshotInfo | int:
         """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or 0 (dead)."""

@@ -9,6 +9,7 @@
     upper/, work/    the overlay's writable layer: the sandbox's own files (this is the filesystem snapshot)
     pid              host pid of its pid 1 (the executor) while it runs
     start-pids.json  pids inside of the template's start commands, to tell them from the user's processes
+    egress.json      the `EgressRules` in force, re-applied when the sandbox comes back (restore, restart)
     snapshot.json    present while snapshotted (written before a snapshot begins, removed once a restore is
                      complete): its `SnapshotInfo`
     checkpoint/      CRIU's memory image while snapshotted with kind "criu"
@@ -25,8 +26,9 @@ from pathlib import Path
 import msgspec
 
 from pool._local._cgroups import SandboxCgroup
-from pool._runtime import SnapshotInfo
+from pool._runtime import EgressRules, SnapshotInfo
 from pool._templates import Resources
+from pool._warm import NO_EGRESS
 
 __all__ = ["Sandbox", "load_sandbox", "tree_size"]
 
@@ -67,6 +69,20 @@ class Sandbox:
 
     def set_start_pids(self, pids: list[int]) -> None:
         (self.directory / "start-pids.json").write_bytes(msgspec.json.encode(pids))  # tiny: fine on the loop
+
+    def egress_rules(self) -> EgressRules:
+        """The rules last applied; none recorded (a sandbox that never got its egress) means no egress."""
+        try:
+            return msgspec.json.decode((self.directory / "egress.json").read_bytes(), type=EgressRules)
+        except (OSError, msgspec.DecodeError):
+            return NO_EGRESS
+
+    def set_egress_rules(self, rules: EgressRules) -> None:
+        """Record the rules in force; not fsynced (it is on every start's path): a crash that loses them leaves
+        a re-adopted sandbox without egress, never with more than it had."""
+        temporary = self.directory / "egress.json.tmp"
+        temporary.write_bytes(msgspec.json.encode(rules))
+        temporary.rename(self.directory / "egress.json")
 
     def snapshot_info(self) -> SnapshotInfo | None:
         try:
