@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -40,16 +39,15 @@ async def connect(server: RunningServer, *, key: str | None = None, mode: str = 
         yield client
 
 
-def call(server: RunningServer, tool: str, arguments: dict[str, Any], *, key: str | None = None) -> CallToolResult:
-    async def call_once() -> CallToolResult:
-        async with connect(server, key=key) as client:
-            return await client.call_tool(tool, arguments)
+async def call(
+    server: RunningServer, tool: str, arguments: dict[str, Any], *, key: str | None = None
+) -> CallToolResult:
+    async with connect(server, key=key) as client:
+        return await client.call_tool(tool, arguments)
 
-    return asyncio.run(call_once())
 
-
-def execute(server: RunningServer, sandbox_id: str, tool: str, arguments: dict[str, Any]) -> CallToolResult:
-    return call(server, "sandboxExecutor", {"sandboxId": sandbox_id, "tool": tool, "arguments": arguments})
+async def execute(server: RunningServer, sandbox_id: str, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+    return await call(server, "sandboxExecutor", {"sandboxId": sandbox_id, "tool": tool, "arguments": arguments})
 
 
 def ok(result: CallToolResult) -> dict[str, Any]:
@@ -68,16 +66,16 @@ def failed(result: CallToolResult) -> str:
     return result.content[0].text
 
 
-def create(server: RunningServer, **arguments: Any) -> dict[str, Any]:
-    return ok(call(server, "createSandbox", arguments))
+async def create(server: RunningServer, **arguments: Any) -> dict[str, Any]:
+    return ok(await call(server, "createSandbox", arguments))
 
 
 @pytest.fixture(scope="module")
-def node_sandbox(server: RunningServer) -> Iterator[dict[str, Any]]:
+async def node_sandbox(server: RunningServer) -> AsyncIterator[dict[str, Any]]:
     """A sandbox-base-node sandbox as createSandbox returned it."""
-    created = create(server, template="sandbox-base-node", metadata={"suite": "mcp"})
+    created = await create(server, template="sandbox-base-node", metadata={"suite": "mcp"})
     yield created
-    call(server, "deleteSandbox", {"sandboxId": created["sandboxId"]})
+    await call(server, "deleteSandbox", {"sandboxId": created["sandboxId"]})
 
 
 @pytest.mark.parametrize("mode", list(CLIENT_MODES))
@@ -146,21 +144,23 @@ async def test_the_official_client_reports_a_wrong_key(server: RunningServer) ->
     assert raised.group_contains(MCPError, match="^invalid API key: send 'Authorization: Bearer <key>'")
 
 
-def test_the_product_page_example(server: RunningServer) -> None:
+async def test_the_product_page_example(server: RunningServer) -> None:
     """ "Create a sandbox from template sandbox-base-node, run a server on port 8008 in it and return the address"."""
-    created = create(server, template="sandbox-base-node")
+    created = await create(server, template="sandbox-base-node")
     sandbox_id = created["sandboxId"]
     try:
         assert {tool["name"] for tool in created["tools"]} >= {"write_file", "run_command", "get_url"}
-        ok(execute(server, sandbox_id, "write_file", {"path": "server.js", "content": NODE_SERVER}))
-        started = ok(execute(server, sandbox_id, "run_command", {"command": "node server.js", "background": True}))
+        ok(await execute(server, sandbox_id, "write_file", {"path": "server.js", "content": NODE_SERVER}))
+        started = ok(
+            await execute(server, sandbox_id, "run_command", {"command": "node server.js", "background": True})
+        )
         assert started["pid"] > 0
-        address = ok(execute(server, sandbox_id, "get_url", {"port": 8008}))
+        address = ok(await execute(server, sandbox_id, "get_url", {"port": 8008}))
         assert address["url"] == f"http://8008-{sandbox_id}.sandbox.localhost:{server.port}"
         assert fetch(address["url"] + "/hi") == "hello from node /hi"
-        assert ok(execute(server, sandbox_id, "get_url", {"port": 8008}))["listening"] is True
+        assert ok(await execute(server, sandbox_id, "get_url", {"port": 8008}))["listening"] is True
     finally:
-        ok(call(server, "deleteSandbox", {"sandboxId": sandbox_id}))
+        ok(await call(server, "deleteSandbox", {"sandboxId": sandbox_id}))
 
 
 def fetch(url: str) -> str:
@@ -184,45 +184,47 @@ def test_create_returns_the_sandbox_its_urls_and_its_tools(node_sandbox: dict[st
     assert tools["get_url"]["inputSchema"]["properties"]["port"]["maximum"] == 65535
 
 
-def test_get_describes_the_sandbox_with_its_tools(node_sandbox: dict[str, Any], server: RunningServer) -> None:
-    got = ok(call(server, "getSandbox", {"sandboxId": node_sandbox["sandboxId"]}))
+async def test_get_describes_the_sandbox_with_its_tools(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+    got = ok(await call(server, "getSandbox", {"sandboxId": node_sandbox["sandboxId"]}))
     assert got["sandboxId"] == node_sandbox["sandboxId"]
     assert got["state"] == "running"
     assert got["tools"] == node_sandbox["tools"]
 
 
-def test_a_command_reports_its_exit_code_and_both_streams(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+async def test_a_command_reports_its_exit_code_and_both_streams(
+    node_sandbox: dict[str, Any], server: RunningServer
+) -> None:
     command = {"command": 'node -e "console.log(process.env.WHO)"; echo oops >&2; exit 7', "envs": {"WHO": "me"}}
-    result = ok(execute(server, node_sandbox["sandboxId"], "run_command", command))
+    result = ok(await execute(server, node_sandbox["sandboxId"], "run_command", command))
     assert result == {"exitCode": 7, "stdout": "me\n", "stderr": "oops\n"}
 
 
-def test_files_are_written_read_and_listed(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+async def test_files_are_written_read_and_listed(node_sandbox: dict[str, Any], server: RunningServer) -> None:
     sandbox_id = node_sandbox["sandboxId"]
-    written = ok(execute(server, sandbox_id, "write_file", {"path": "notes/a.txt", "content": "héllo\n"}))
+    written = ok(await execute(server, sandbox_id, "write_file", {"path": "notes/a.txt", "content": "héllo\n"}))
     assert written == {"path": "/home/user/notes/a.txt", "bytes": 7}
-    read = ok(execute(server, sandbox_id, "read_file", {"path": "/home/user/notes/a.txt"}))
+    read = ok(await execute(server, sandbox_id, "read_file", {"path": "/home/user/notes/a.txt"}))
     assert read == {"path": "/home/user/notes/a.txt", "size": 7, "encoding": "utf-8", "content": "héllo\n"}
     binary = {"path": "notes/b.bin", "content": "AAH/", "encoding": "base64"}
-    ok(execute(server, sandbox_id, "write_file", binary))
-    assert ok(execute(server, sandbox_id, "read_file", {"path": "notes/b.bin"}))["content"] == "AAH/"
-    listed = ok(execute(server, sandbox_id, "list_files", {"path": "notes"}))
+    ok(await execute(server, sandbox_id, "write_file", binary))
+    assert ok(await execute(server, sandbox_id, "read_file", {"path": "notes/b.bin"}))["content"] == "AAH/"
+    listed = ok(await execute(server, sandbox_id, "list_files", {"path": "notes"}))
     assert [(entry["name"], entry["type"], entry["size"]) for entry in listed["entries"]] == [
         ("a.txt", "file", 7),
         ("b.bin", "file", 3),
     ]
-    home = ok(execute(server, sandbox_id, "list_files", {"depth": 2}))
+    home = ok(await execute(server, sandbox_id, "list_files", {"depth": 2}))
     assert {"path": "/home/user/notes/a.txt", "name": "a.txt", "type": "file", "size": 7} in home["entries"]
 
 
-def test_big_outputs_are_cut_with_a_marker(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+async def test_big_outputs_are_cut_with_a_marker(node_sandbox: dict[str, Any], server: RunningServer) -> None:
     sandbox_id = node_sandbox["sandboxId"]
     command = {"command": "seq 1 100000 | tee big.txt"}  # 588895 bytes
-    stdout = ok(execute(server, sandbox_id, "run_command", command))["stdout"]
+    stdout = ok(await execute(server, sandbox_id, "run_command", command))["stdout"]
     assert stdout.startswith("1\n2\n3\n")
     assert "\n[... 523359 bytes of stdout cut here: at most 65536 bytes per stream" in stdout
     assert stdout.endswith("99999\n100000\n")
-    content = ok(execute(server, sandbox_id, "read_file", {"path": "big.txt"}))["content"]
+    content = ok(await execute(server, sandbox_id, "read_file", {"path": "big.txt"}))["content"]
     assert content.endswith("\n[... 326751 bytes of big.txt cut here: read_file returns the first 262144 bytes; "
                             "use run_command (tail, sed -n, grep) for the rest ...]\n")  # fmt: skip
 
@@ -237,10 +239,10 @@ def test_big_outputs_are_cut_with_a_marker(node_sandbox: dict[str, Any], server:
         ("getSandbox", {}, "invalid arguments for getSandbox: Object missing required field `sandboxId`"),
     ],
 )
-def test_control_errors_are_tool_errors(
+async def test_control_errors_are_tool_errors(
     server: RunningServer, tool: str, arguments: dict[str, Any], message: str
 ) -> None:
-    assert message in failed(call(server, tool, arguments))
+    assert message in failed(await call(server, tool, arguments))
 
 
 @pytest.mark.parametrize(
@@ -261,49 +263,56 @@ def test_control_errors_are_tool_errors(
         ("run_command", {"command": "pwd", "cwd": "/no/such/dir"}, "cwd '/no/such/dir' does not exist"),
     ],
 )
-def test_sandbox_tool_errors_are_tool_errors(
+async def test_sandbox_tool_errors_are_tool_errors(
     node_sandbox: dict[str, Any], server: RunningServer, tool: str, arguments: dict[str, Any], message: str
 ) -> None:
-    assert message in failed(execute(server, node_sandbox["sandboxId"], tool, arguments))
+    assert message in failed(await execute(server, node_sandbox["sandboxId"], tool, arguments))
 
 
-def test_a_timed_out_command_reports_its_output_so_far(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+async def test_a_timed_out_command_reports_its_output_so_far(
+    node_sandbox: dict[str, Any], server: RunningServer
+) -> None:
     arguments = {"command": "echo started; sleep 30", "timeout": 1}
-    assert failed(execute(server, node_sandbox["sandboxId"], "run_command", arguments)).endswith("so far:\nstarted\n")
+    assert failed(await execute(server, node_sandbox["sandboxId"], "run_command", arguments)).endswith(
+        "so far:\nstarted\n"
+    )
 
 
-def test_an_unknown_tool_name_is_a_protocol_error(server: RunningServer) -> None:
+async def test_an_unknown_tool_name_is_a_protocol_error(server: RunningServer) -> None:
     with pytest.raises(BaseExceptionGroup) as raised:
-        call(server, "formatDisk", {})
+        await call(server, "formatDisk", {})
     assert raised.group_contains(MCPError, match="^Unknown tool: formatDisk$")
 
 
-def test_list_filters_by_metadata_and_state(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+async def test_list_filters_by_metadata_and_state(node_sandbox: dict[str, Any], server: RunningServer) -> None:
     run = uuid.uuid4().hex
-    first = create(server, metadata={"run": run, "role": "web"})["sandboxId"]
-    second = create(server, metadata={"run": run, "role": "db"})["sandboxId"]
+    first = (await create(server, metadata={"run": run, "role": "web"}))["sandboxId"]
+    second = (await create(server, metadata={"run": run, "role": "db"}))["sandboxId"]
     try:
 
-        def listed(**arguments: Any) -> list[str]:
-            return [sandbox["sandboxId"] for sandbox in ok(call(server, "listSandbox", arguments))["sandboxes"]]
+        async def listed(**arguments: Any) -> list[str]:
+            return [sandbox["sandboxId"] for sandbox in ok(await call(server, "listSandbox", arguments))["sandboxes"]]
 
-        assert listed(metadata={"run": run}) == [second, first]  # newest first
-        assert listed(metadata={"run": run, "role": "db"}) == [second]
-        assert listed(metadata={"run": run}, state=["paused"]) == []
-        assert node_sandbox["sandboxId"] in listed(state=["running"])
+        assert await listed(metadata={"run": run}) == [second, first]  # newest first
+        assert await listed(metadata={"run": run, "role": "db"}) == [second]
+        assert await listed(metadata={"run": run}, state=["paused"]) == []
+        assert node_sandbox["sandboxId"] in await listed(state=["running"])
     finally:
         for sandbox_id in (first, second):
-            call(server, "deleteSandbox", {"sandboxId": sandbox_id})
+            await call(server, "deleteSandbox", {"sandboxId": sandbox_id})
 
 
-def test_a_deleted_sandbox_is_gone(server: RunningServer) -> None:
-    sandbox_id = create(server)["sandboxId"]
-    assert ok(call(server, "deleteSandbox", {"sandboxId": sandbox_id})) == {"sandboxId": sandbox_id, "deleted": True}
-    assert "doesn't exist" in failed(call(server, "getSandbox", {"sandboxId": sandbox_id}))
-    assert "doesn't exist" in failed(call(server, "deleteSandbox", {"sandboxId": sandbox_id}))
+async def test_a_deleted_sandbox_is_gone(server: RunningServer) -> None:
+    sandbox_id = (await create(server))["sandboxId"]
+    assert ok(await call(server, "deleteSandbox", {"sandboxId": sandbox_id})) == {
+        "sandboxId": sandbox_id,
+        "deleted": True,
+    }
+    assert "doesn't exist" in failed(await call(server, "getSandbox", {"sandboxId": sandbox_id}))
+    assert "doesn't exist" in failed(await call(server, "deleteSandbox", {"sandboxId": sandbox_id}))
 
 
-def test_another_key_sees_none_of_the_sandboxes(node_sandbox: dict[str, Any], server: RunningServer) -> None:
+async def test_another_key_sees_none_of_the_sandboxes(node_sandbox: dict[str, Any], server: RunningServer) -> None:
     command = [
         sys.executable,
         "-m",
@@ -317,35 +326,35 @@ def test_another_key_sees_none_of_the_sandboxes(node_sandbox: dict[str, Any], se
     ]
     other = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True).stdout.split()[0]
     sandbox_id = node_sandbox["sandboxId"]
-    assert ok(call(server, "listSandbox", {}, key=other)) == {"sandboxes": []}
-    assert "doesn't exist" in failed(call(server, "getSandbox", {"sandboxId": sandbox_id}, key=other))
+    assert ok(await call(server, "listSandbox", {}, key=other)) == {"sandboxes": []}
+    assert "doesn't exist" in failed(await call(server, "getSandbox", {"sandboxId": sandbox_id}, key=other))
     arguments = {"sandboxId": sandbox_id, "tool": "read_file", "arguments": {"path": "server.js"}}
-    assert "doesn't exist" in failed(call(server, "sandboxExecutor", arguments, key=other))
+    assert "doesn't exist" in failed(await call(server, "sandboxExecutor", arguments, key=other))
 
 
-def test_a_paused_sandbox_is_woken_by_a_tool_call(server: RunningServer) -> None:
-    sandbox_id = create(server)["sandboxId"]
+async def test_a_paused_sandbox_is_woken_by_a_tool_call(server: RunningServer) -> None:
+    sandbox_id = (await create(server))["sandboxId"]
     try:
-        ok(execute(server, sandbox_id, "write_file", {"path": "kept.txt", "content": "still here"}))
+        ok(await execute(server, sandbox_id, "write_file", {"path": "kept.txt", "content": "still here"}))
         paused = httpx.post(f"{server.url}/sandboxes/{sandbox_id}/pause", headers={"X-API-Key": server.api_key})
         assert paused.status_code == 204, paused.text
-        assert ok(call(server, "getSandbox", {"sandboxId": sandbox_id}))["state"] == "paused"
-        result = ok(execute(server, sandbox_id, "run_command", {"command": "cat kept.txt"}))
+        assert ok(await call(server, "getSandbox", {"sandboxId": sandbox_id}))["state"] == "paused"
+        result = ok(await execute(server, sandbox_id, "run_command", {"command": "cat kept.txt"}))
         assert result["stdout"] == "still here"
-        assert ok(call(server, "getSandbox", {"sandboxId": sandbox_id}))["state"] == "running"
+        assert ok(await call(server, "getSandbox", {"sandboxId": sandbox_id}))["state"] == "running"
     finally:
-        call(server, "deleteSandbox", {"sandboxId": sandbox_id})
+        await call(server, "deleteSandbox", {"sandboxId": sandbox_id})
 
 
-def test_run_code_runs_in_the_code_interpreter_template(server: RunningServer) -> None:
-    created = create(server, template="code-interpreter-v1")
+async def test_run_code_runs_in_the_code_interpreter_template(server: RunningServer) -> None:
+    created = await create(server, template="code-interpreter-v1")
     sandbox_id = created["sandboxId"]
     try:
         assert [tool["name"] for tool in created["tools"]] == [*SANDBOX_TOOLS, "run_code"]
-        first = ok(execute(server, sandbox_id, "run_code", {"code": "x = 21\nprint('hi')\nx * 2"}))
+        first = ok(await execute(server, sandbox_id, "run_code", {"code": "x = 21\nprint('hi')\nx * 2"}))
         assert first == {"stdout": "hi\n", "stderr": "", "results": ["42"]}
-        raised = ok(execute(server, sandbox_id, "run_code", {"code": "x / 0"}))  # x is still defined
+        raised = ok(await execute(server, sandbox_id, "run_code", {"code": "x / 0"}))  # x is still defined
         assert raised["error"]["name"] == "ZeroDivisionError"
         assert "\x1b[" not in raised["error"]["traceback"]
     finally:
-        call(server, "deleteSandbox", {"sandboxId": sandbox_id})
+        await call(server, "deleteSandbox", {"sandboxId": sandbox_id})
