@@ -7,18 +7,20 @@ it as every sandbox does, as pid 1 of a real sandbox on the image's own `/usr/bi
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from executor.envd import ENVD_PORT
 from pool import ExecutorInit
 from pool._executor_client import download_archive, upload_archive
 from tests.runtime_fixtures import local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
+
+pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_PYTHON = (3, 11, 2)  # Debian 12's python3 (3.11.2-1+b1), what the images install with debootstrap
@@ -31,39 +33,29 @@ _FILES = (
 _LISTING = "cd work && find . | sort | xargs stat -c '%n %F %a %U %h %N'"
 
 
-def test_the_sandbox_runs_the_images_python(tmp_path: Path) -> None:
-    async def main() -> str:
-        async with local_runtime(tmp_path) as runtime:
-            await runtime.start(spec("imagepython"))
-            result = await run_in_sandbox(
-                runtime, "imagepython", "cat /proc/1/cmdline | tr '\\0' ' '; echo; python3 -V"
-            )
-            return result.stdout
-
-    cmdline, version = asyncio.run(main()).splitlines()
+async def test_the_sandbox_runs_the_images_python(tmp_path: Path) -> None:
+    async with local_runtime(tmp_path) as runtime:
+        await runtime.start(spec("imagepython"))
+        result = await run_in_sandbox(runtime, "imagepython", "cat /proc/1/cmdline | tr '\\0' ' '; echo; python3 -V")
+    cmdline, version = result.stdout.splitlines()
     assert cmdline.startswith("/usr/bin/python3 -I -S /opt/agent-sandbox/run-executor.py")
     assert version == "Python " + ".".join(map(str, IMAGE_PYTHON))
 
 
-def test_archive_round_trip_under_the_images_python(tmp_path: Path) -> None:
+async def test_archive_round_trip_under_the_images_python(tmp_path: Path) -> None:
     """GET then PUT /agent-sandbox/archive restores a working directory exactly (modes, setuid, links, owners)."""
-
-    async def main() -> tuple[str, str, str]:
-        async with local_runtime(tmp_path) as runtime:
-            init = ExecutorInit(default_workdir="/home/user")  # what the archive holds, as on Kubernetes
-            await runtime.start(msgspec.structs.replace(spec("imagearchive"), init=init))
-            assert (await run_in_sandbox(runtime, "imagearchive", _FILES)).exit_code == 0
-            before = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
-            sock = await runtime.open_socket("imagearchive", ENVD_PORT)
-            archive = await download_archive(sock, None, limit=64 << 20)
-            wiped = await run_in_sandbox(runtime, "imagearchive", "rm -rf work && ls")
-            sock = await runtime.open_socket("imagearchive", ENVD_PORT)
-            await upload_archive(sock, None, archive)
-            after = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
-            return before, wiped.stdout, after
-
-    before, wiped, after = asyncio.run(main())
-    assert "work" not in wiped
+    async with local_runtime(tmp_path) as runtime:
+        init = ExecutorInit(default_workdir="/home/user")  # what the archive holds, as on Kubernetes
+        await runtime.start(msgspec.structs.replace(spec("imagearchive"), init=init))
+        assert (await run_in_sandbox(runtime, "imagearchive", _FILES)).exit_code == 0
+        before = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
+        sock = await runtime.open_socket("imagearchive", ENVD_PORT)
+        archive = await download_archive(sock, None, limit=64 << 20)
+        wiped = await run_in_sandbox(runtime, "imagearchive", "rm -rf work && ls")
+        sock = await runtime.open_socket("imagearchive", ENVD_PORT)
+        await upload_archive(sock, None, archive)
+        after = (await run_in_sandbox(runtime, "imagearchive", _LISTING)).stdout
+    assert "work" not in wiped.stdout
     assert "./bin/tool regular file 4755 user 1 " in before  # setuid
     assert "./bin/python symbolic link 777 user 1 './bin/python' -> '/usr/bin/python3'" in before
     assert "./notes.txt regular file 640 user 2 " in before  # hard-linked to ./hardlink
@@ -80,25 +72,21 @@ _XATTRS = (
 )
 
 
-def test_user_xattrs_are_set_inside_a_sandbox_and_kept_by_the_archive(tmp_path: Path) -> None:
+async def test_user_xattrs_are_set_inside_a_sandbox_and_kept_by_the_archive(tmp_path: Path) -> None:
     """The writable layer (overlayfs over ext4, id-mapped) takes `user.*` xattrs from inside, and an archive
     packed and unpacked by the image's own Python brings them back byte for byte."""
-
-    async def main() -> tuple[str, str]:
-        async with local_runtime(tmp_path) as runtime:
-            init = ExecutorInit(default_workdir="/home/user")
-            await runtime.start(msgspec.structs.replace(spec("imagexattrs"), init=init))
-            made = await run_in_sandbox(runtime, "imagexattrs", _SET_XATTRS)
-            assert made.exit_code == 0, made.stderr
-            before = (await run_in_sandbox(runtime, "imagexattrs", _XATTRS)).stdout
-            sock = await runtime.open_socket("imagexattrs", ENVD_PORT)
-            archive = await download_archive(sock, None, limit=64 << 20)
-            assert (await run_in_sandbox(runtime, "imagexattrs", "rm -rf work")).exit_code == 0
-            sock = await runtime.open_socket("imagexattrs", ENVD_PORT)
-            await upload_archive(sock, None, archive)
-            return before, (await run_in_sandbox(runtime, "imagexattrs", _XATTRS)).stdout
-
-    before, after = asyncio.run(main())
+    async with local_runtime(tmp_path) as runtime:
+        init = ExecutorInit(default_workdir="/home/user")
+        await runtime.start(msgspec.structs.replace(spec("imagexattrs"), init=init))
+        made = await run_in_sandbox(runtime, "imagexattrs", _SET_XATTRS)
+        assert made.exit_code == 0, made.stderr
+        before = (await run_in_sandbox(runtime, "imagexattrs", _XATTRS)).stdout
+        sock = await runtime.open_socket("imagexattrs", ENVD_PORT)
+        archive = await download_archive(sock, None, limit=64 << 20)
+        assert (await run_in_sandbox(runtime, "imagexattrs", "rm -rf work")).exit_code == 0
+        sock = await runtime.open_socket("imagexattrs", ENVD_PORT)
+        await upload_archive(sock, None, archive)
+        after = (await run_in_sandbox(runtime, "imagexattrs", _XATTRS)).stdout
     assert before == "[('work/dir', 'user.raw', 'ff0001'), ('work/file', 'user.e2b.owner', '616c696365')]\n"
     assert after == before
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import platform
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import pytest
 
 from tests.runtime_fixtures import local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
+
+pytestmark = pytest.mark.anyio
 
 # The raw system call, with the errno it failed with: no library in between that could hide the answer.
 _SYSCALL = (
@@ -23,27 +24,21 @@ _USERFAULTFD = {"x86_64": 323, "aarch64": 282}
 
 
 @pytest.mark.parametrize("user", ["user", "root"])
-def test_io_uring_is_refused_as_if_the_kernel_had_none(tmp_path: Path, user: str) -> None:
-    async def main() -> list[str]:
-        async with local_runtime(tmp_path) as runtime:
-            await runtime.start(spec("iouring"))
-            answers = []
-            for number in (425, 426, 427):  # io_uring_setup, io_uring_enter, io_uring_register
-                result = await run_in_sandbox(runtime, "iouring", _SYSCALL.format(number=number), user=user)
-                assert result.exit_code == 0, result.stderr
-                answers.append(result.stdout.strip())
-            return answers
-
-    assert asyncio.run(main()) == [f"-1 {_ENOSYS}"] * 3
+async def test_io_uring_is_refused_as_if_the_kernel_had_none(tmp_path: Path, user: str) -> None:
+    answers = []
+    async with local_runtime(tmp_path) as runtime:
+        await runtime.start(spec("iouring"))
+        for number in (425, 426, 427):  # io_uring_setup, io_uring_enter, io_uring_register
+            result = await run_in_sandbox(runtime, "iouring", _SYSCALL.format(number=number), user=user)
+            assert result.exit_code == 0, result.stderr
+            answers.append(result.stdout.strip())
+    assert answers == [f"-1 {_ENOSYS}"] * 3
 
 
-def test_userfaultfd_is_refused_like_the_other_kernel_surface(tmp_path: Path) -> None:
-    async def main() -> str:
-        async with local_runtime(tmp_path) as runtime:
-            await runtime.start(spec("userfault"))
-            result = await run_in_sandbox(
-                runtime, "userfault", _SYSCALL.format(number=_USERFAULTFD[platform.machine()]), user="root"
-            )
-            return result.stdout.strip()
-
-    assert asyncio.run(main()) == f"-1 {_EPERM}"
+async def test_userfaultfd_is_refused_like_the_other_kernel_surface(tmp_path: Path) -> None:
+    async with local_runtime(tmp_path) as runtime:
+        await runtime.start(spec("userfault"))
+        result = await run_in_sandbox(
+            runtime, "userfault", _SYSCALL.format(number=_USERFAULTFD[platform.machine()]), user="root"
+        )
+    assert result.stdout.strip() == f"-1 {_EPERM}"
