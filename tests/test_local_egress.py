@@ -18,7 +18,7 @@ import pytest
 
 from pool import ALL_TRAFFIC, EgressRules, EgressSettings, LocalRuntime
 from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, Internet, made_internet
-from tests.runtime_fixtures import local_runtime, new_runtime, runtime_settings, spec
+from tests.runtime_fixtures import local_runtime, new_runtime, require_criu, runtime_settings, spec
 from tests.sandbox_exec import CommandResult, run_in_sandbox
 
 pytestmark = pytest.mark.anyio
@@ -96,6 +96,32 @@ async def test_deny_out_blocks_its_range_only_and_allow_out_beats_deny(rt: Local
     assert not await _reaches(rt, allowed, WEB_IP)
 
 
+async def _fetched(rt: LocalRuntime, sandbox_id: str, curl_arguments: str) -> str | None:
+    """What curl fetched, or None when the connection was refused or reset."""
+    result = await _curl(rt, sandbox_id, curl_arguments)
+    return result.stdout if result.exit_code == 0 else None
+
+
+async def test_domain_rules_match_the_name_the_connection_sends_and_the_proxy_dials_that_name(rt: LocalRuntime) -> None:
+    box = await _started(rt, "named", EgressRules(allow_out=("web.egress.test",), deny_out=ALL_TRAFFIC))
+    web = f"hello from {WEB_IP}\n"
+    assert await _fetched(rt, box, "http://web.egress.test/") == web  # HTTP Host
+    assert await _fetched(rt, box, "https://web.egress.test/") == web  # TLS SNI
+    assert await _fetched(rt, box, "http://other.egress.test/") is None
+    assert await _fetched(rt, box, f"http://{WEB_IP}/") is None  # the allowed name's address, not named
+    assert await _fetched(rt, box, f"--resolve other.egress.test:80:{WEB_IP} http://other.egress.test/") is None
+    # Names that lie about where they go reach only what the allowed name resolves to:
+    assert await _fetched(rt, box, f"--resolve web.egress.test:443:{OTHER_IP} https://web.egress.test/") == web
+    assert await _fetched(rt, box, f"-H 'Host: web.egress.test' http://{OTHER_IP}/") == web
+
+
+async def test_a_wildcard_domain_allows_every_name_below_it(rt: LocalRuntime) -> None:
+    box = await _started(rt, "wildcard", EgressRules(allow_out=("*.egress.test",), deny_out=ALL_TRAFFIC))
+    assert await _fetched(rt, box, "http://web.egress.test/") == f"hello from {WEB_IP}\n"
+    assert await _fetched(rt, box, "http://other.egress.test/") == f"hello from {OTHER_IP}\n"
+    assert await _fetched(rt, box, f"http://{OTHER_IP}/") is None
+
+
 async def test_private_ranges_the_hosts_addresses_and_other_sandboxes_stay_unreachable(rt: LocalRuntime) -> None:
     """A host port (standing for the control plane) and another sandbox's server on 0.0.0.0 are not reachable
     under any of the host's addresses; private and link-local ranges are refused even when allowed."""
@@ -156,14 +182,24 @@ async def test_set_egress_replaces_the_rules_of_a_running_sandbox(rt: LocalRunti
     assert not await _reaches(rt, box, OTHER_IP)
 
 
-async def test_rules_hold_after_freeze_thaw_snapshot_and_restore(rt: LocalRuntime) -> None:
+@pytest.mark.parametrize("criu", [True, False], ids=["criu", "filesystem"])
+async def test_rules_hold_after_freeze_thaw_snapshot_and_restore(
+    tmp_path: Path, internet: Internet, criu: bool
+) -> None:
+    if criu:
+        require_criu()
+    async with local_runtime(tmp_path, criu=criu, egress=TEST_DNS) as rt:
+        await _kept_through_snapshot(rt, "criu" if criu else "filesystem")
+
+
+async def _kept_through_snapshot(rt: LocalRuntime, kind: str) -> None:
     rules = EgressRules(deny_out=("203.0.113.16/28",))
     box = await _started(rt, "kept", rules)
     await rt.freeze(box)
     await rt.thaw(box)
     assert await _reaches(rt, box, OTHER_IP)
     assert not await _reaches(rt, box, WEB_IP)
-    await rt.snapshot(box)
+    assert (await rt.snapshot(box)).kind == kind
     await rt.restore(msgspec.structs.replace(spec(box), egress=rules))
     assert await _reaches(rt, box, OTHER_IP)
     assert not await _reaches(rt, box, WEB_IP)

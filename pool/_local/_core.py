@@ -97,7 +97,7 @@ class LocalSandboxes:
             layers = self._images.layer_dirs(spec.template)
         except ImageBuildError as exc:
             raise RuntimeFailure(str(exc)) from exc
-        self._egress.policy(spec.egress)  # refused before anything starts
+        self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
         box = self._prepare(spec.sandbox_id, layers, spec.template.resources)
         self._sandboxes[spec.sandbox_id] = box
         try:

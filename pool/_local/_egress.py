@@ -21,7 +21,9 @@ from typing import TypeVar
 
 import msgspec
 
+from pool._errors import RuntimeFailure
 from pool._local._egress_dns import DnsForwarder, host_nameservers
+from pool._local._egress_names import ClientHelloIncomplete, named_host, resolve
 from pool._local._egress_policy import ALWAYS_DENIED, DNS_ADDRESS, PROXY_PORT, EgressPolicy, host_addresses
 from pool._local._egress_relay import original_destination, relay, reset
 from pool._local._netlink import add_default_routes
@@ -51,7 +53,8 @@ class _Attached:
     listeners: list[socket.socket]
     dns: DnsForwarder
     accepting: list[asyncio.Task[None]] = field(default_factory=list)
-    connections: dict[asyncio.Task[None], str] = field(default_factory=dict)  # relay task → destination address
+    # relay task → (the address the sandbox dialled, the name its connection sent when a domain rule let it out)
+    connections: dict[asyncio.Task[None], tuple[str, str]] = field(default_factory=dict)
 
 
 class Egress:
@@ -65,8 +68,11 @@ class Egress:
         self._attached: dict[str, _Attached] = {}
 
     def policy(self, rules: EgressRules) -> EgressPolicy:
-        """`rules` checked and parsed; `RuntimeFailure` for what this runtime cannot enforce."""
-        return EgressPolicy(rules, always_denied=self._always)
+        """`rules` parsed; `RuntimeFailure` for an entry that is not what `EgressRules` allows (the API checks)."""
+        try:
+            return EgressPolicy(rules, always_denied=self._always)
+        except ValueError as exc:
+            raise RuntimeFailure(f"egress rules that cannot be enforced: {exc}") from exc
 
     async def attach(self, sandbox_id: str, netns_fd: int, rules: EgressRules) -> None:
         """Give the sandbox `rules` (replacing its previous ones, and cutting its connections they now deny).
@@ -81,8 +87,8 @@ class Egress:
             await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: run_nft(ruleset))
             attached.policy = policy
             attached.dns.answering = policy.internet
-            for task, address in attached.connections.items():
-                if not policy.allows(address):
+            for task, (address, name) in attached.connections.items():
+                if not (policy.allows(address) or (name and policy.allows_name(name))):
                     task.cancel()
             return
         if not policy.internet:
@@ -121,13 +127,17 @@ class Egress:
             conn.setblocking(False)
             destination = (self._servers[0], 53) if dns and self._servers else original_destination(conn)
             task = asyncio.create_task(self._forward(attached, conn, destination, checked=not dns))
-            attached.connections[task] = destination[0]
+            attached.connections[task] = (destination[0], "")
             task.add_done_callback(lambda done: attached.connections.pop(done, None))
 
     async def _forward(self, attached: _Attached, conn: socket.socket, to: tuple[str, int], *, checked: bool) -> None:
-        if checked and (not attached.policy.allows(to[0]) or _is_local(to[0])):
-            reset(conn)
-            return
+        first = b""
+        if checked:
+            try:
+                to, first = await self._destination(attached, conn, to)
+            except (_Denied, OSError, TimeoutError):
+                reset(conn)
+                return
         upstream = socket.socket(socket.AF_INET6 if ":" in to[0] else socket.AF_INET, socket.SOCK_STREAM)
         upstream.setblocking(False)
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -139,7 +149,50 @@ class Egress:
             upstream.close()
             return
         with contextlib.suppress(OSError):
+            if first:
+                await asyncio.get_running_loop().sock_sendall(upstream, first)
             await relay(conn, upstream)
+
+    async def _destination(
+        self, attached: _Attached, conn: socket.socket, to: tuple[str, int]
+    ) -> tuple[tuple[str, int], bytes]:
+        """Where a redirected connection may go, and the bytes read from it to learn its name; `_Denied` if nowhere.
+
+        By address first; else, with domain rules, by the name its first bytes send, dialled as that name."""
+        address, port = to
+        policy = attached.policy
+        if policy.blocks(address) or _is_local(address):
+            raise _Denied
+        if policy.allows(address):
+            return to, b""
+        if not policy.domains:
+            raise _Denied
+        first, name = await self._first_bytes(conn)
+        if name is None or not policy.allows_name(name):
+            raise _Denied
+        if (task := asyncio.current_task()) is not None:
+            attached.connections[task] = (address, name)  # so that `attach` judges it by its name later
+        for resolved in await resolve(name, self._servers):
+            if not policy.blocks(resolved) and not _is_local(resolved):
+                return (resolved, port), first
+        raise _Denied
+
+    async def _first_bytes(self, conn: socket.socket) -> tuple[bytes, str | None]:
+        """Read until the connection's first bytes name a host (TLS SNI, HTTP Host), or cannot any more."""
+        loop = asyncio.get_running_loop()
+        data = b""
+        async with asyncio.timeout(self._settings.connect_timeout):
+            while chunk := await loop.sock_recv(conn, 16384):
+                data += chunk
+                try:
+                    return data, named_host(data)
+                except ClientHelloIncomplete:
+                    continue
+        return data, None
+
+
+class _Denied(Exception):
+    """The sandbox may not reach where this connection goes."""
 
 
 def _set_up(policy: EgressPolicy) -> tuple[list[socket.socket], socket.socket]:

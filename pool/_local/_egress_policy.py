@@ -3,7 +3,9 @@
 The same decision is made twice. The sandbox's own nftables table (`ruleset`) rejects what is denied at
 `connect()` (ECONNREFUSED at once, no hang) and sends everything else to the host's egress proxy, which
 checks again (`allows`) before it dials: the proxy is the only way out of the namespace, so the rules hold
-even against a sandbox that got a packet past its table.
+even against a sandbox that got a packet past its table. Domain rules can only be checked by the proxy (on
+the name the connection sends, `_egress_names`): with them, TCP that no address rule allows goes to the
+proxy too, and is reset there unless its name is allowed.
 
 Order (E2B's): always denied > allowed > denied > the default (allowed unless `deny_out` covers all).
 DNS (UDP port 53, any address) goes to the host's forwarder. A sandbox without internet (E2B's
@@ -17,7 +19,7 @@ import ipaddress
 import itertools
 from collections.abc import Iterable
 
-from pool._errors import RuntimeFailure
+from pool._local._egress_names import domain_matches
 from pool._runtime import EgressRules
 
 __all__ = ["ALWAYS_DENIED", "DNS_ADDRESS", "PROXY_PORT", "EgressPolicy", "host_addresses"]
@@ -43,27 +45,28 @@ class EgressPolicy:
 
     def __init__(self, rules: EgressRules, *, always_denied: Iterable[str]) -> None:
         self.rules = rules
-        domains = [entry for entry in rules.allow_out if not _is_network(entry)]
-        if domains:
-            raise RuntimeFailure(
-                f"domain rules are not enforced by the local runtime yet (allowOut {', '.join(domains)}): "
-                "use IPs or CIDRs"
-            )
+        self.domains = tuple(entry for entry in rules.allow_out if not _is_network(entry))
         self._always = _networks(always_denied)
-        self._allow = _networks(rules.allow_out)
+        self._allow = _networks(entry for entry in rules.allow_out if _is_network(entry))
         self._deny = _networks(rules.deny_out)
         self._default_allows = rules.internet and not self._covers_all(self._deny)
 
+    def blocks(self, address: str) -> bool:
+        """Whether `address` is one no sandbox ever reaches (whatever its rules, domains included)."""
+        return _within(_ip(address), self._always)
+
     def allows(self, address: str) -> bool:
-        """Whether the proxy may dial `address` for this sandbox."""
-        ip = ipaddress.ip_address(address)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        """Whether the proxy may dial `address` for this sandbox, going by addresses alone."""
+        ip = _ip(address)
         if _within(ip, self._always):
             return False
         if _within(ip, self._allow):
             return True
         return not _within(ip, self._deny) and self._default_allows
+
+    def allows_name(self, name: str) -> bool:
+        """Whether a connection naming `name` (SNI, Host) may go to what the name resolves to."""
+        return domain_matches(name, self.domains)
 
     @property
     def internet(self) -> bool:
@@ -81,9 +84,11 @@ class EgressPolicy:
             verdicts = f"\t\t{_REJECT_TCP}\n\t\t{_REJECT_OTHER}\n"
             return _prefix(table, replace) + _TABLE.format(table=table, verdicts=verdicts, divert="")
         verdicts = "\t\tmeta nfproto ipv4 udp dport 53 accept\n" + f"\t\tmeta l4proto != tcp {_REJECT_OTHER}\n"
-        for networks, verdict in ((self._always, _REJECT_TCP), (self._allow, "accept"), (self._deny, _REJECT_TCP)):
+        # With domain rules, TCP the addresses do not allow still goes to the proxy, which reads the name.
+        denied = [] if self.domains else [(self._deny, _REJECT_TCP)]
+        for networks, verdict in ((self._always, _REJECT_TCP), (self._allow, "accept"), *denied):
             verdicts += "".join(_match(networks, version, verdict) for version in (4, 6))
-        if not self._default_allows:
+        if not self._default_allows and not self.domains:
             verdicts += f"\t\t{_REJECT_TCP}\n"
         divert = _DIVERT.format(dns=DNS_ADDRESS, port=PROXY_PORT)
         return _prefix(table, replace) + _TABLE.format(table=table, verdicts=verdicts, divert=divert)
@@ -137,6 +142,13 @@ def _is_network(entry: str) -> bool:
 
 def _networks(entries: Iterable[str]) -> list[IPNetwork]:
     return [ipaddress.ip_network(entry, strict=False) for entry in entries]
+
+
+def _ip(address: str) -> IPAddress:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 def _within(ip: IPAddress, networks: list[IPNetwork]) -> bool:

@@ -51,7 +51,7 @@ class LocalRuntime(LocalSandboxes):
 
     async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
         """Replace the running sandbox's rules (`pool._local._egress`); its connections they now deny are cut.
-        SandboxGone when it does not run; RuntimeFailure for rules this runtime cannot enforce (domains)."""
+        SandboxGone when it does not run."""
         await self._set_egress(sandbox_id, rules)
 
     def note_spec(self, spec: SandboxSpec) -> None:
