@@ -106,7 +106,11 @@ def run_executor(*arguments: str, access_token: str | None = "test-token") -> It
         ready_read, ready_write = os.pipe()
         command = [sys.executable, "-m", "executor", "--host", "127.0.0.1", "--port", str(port)]
         command += ["--ready-fd", str(ready_write), "--default-user", "root", "--init-file", str(init_file)]
-        command += ["--log", str(log), *arguments]
+        # A home of its own: `bash -l` as the host's root would source the host's ~/.profile (pyenv's rehash takes a
+        # lock there that parallel runs wait on), which is neither what a sandbox has nor what is under test.
+        home = Path(scratch, "home")
+        home.mkdir()
+        command += ["--log", str(log), "--home", str(home), *arguments]
         process = subprocess.Popen(command, cwd=REPOSITORY, pass_fds=(ready_write,))
         os.close(ready_write)
 

@@ -70,9 +70,9 @@ async def test_a_pty_echoes_keystrokes_on_one_connection_and_reports_its_exit(ex
     envd = Envd(opener, token=executor.access_token)
     async with envd.pty(80, 24) as pty:
         assert pty.pid in {p.pid for p in await envd.processes()}
+        await pty.resize(100, 40)  # before `exit`: a resize of a shell that has exited is refused
         for key in "echo pty-$((40+2)); exit\r":
             await pty.write(key.encode())
-        await pty.resize(100, 40)
         output = b""
         async with asyncio.timeout(20):
             async for chunk in pty.output():
