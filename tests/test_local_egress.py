@@ -7,6 +7,7 @@ Nothing leaves the machine: the only destinations are the router namespace of `t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -85,6 +86,14 @@ async def test_without_internet_access_nothing_is_reached_and_every_attempt_fail
         assert "ConnectionRefusedError" in failed.stderr or "Network is unreachable" in failed.stderr, failed
         lookup = await run_in_sandbox(rt, box, "getent hosts web.egress.test")
         assert lookup.exit_code == 2, lookup  # not found: refused by the forwarder, or no resolver to ask
+        over_tcp = await run_in_sandbox(rt, box, "getent ahosts web.egress.test; RES_OPTIONS=use-vc getent hosts x")
+        assert over_tcp.stdout == "", over_tcp
+
+
+async def test_the_proxys_own_address_dialled_directly_is_reset_and_the_proxy_keeps_serving(rt: LocalRuntime) -> None:
+    box = await _started(rt, "direct")
+    assert (await _curl(rt, box, "http://127.0.0.1:1/")).exit_code != 0
+    assert await _reaches(rt, box, WEB_IP)
 
 
 async def test_deny_out_blocks_its_range_only_and_allow_out_beats_deny(rt: LocalRuntime) -> None:
@@ -226,19 +235,28 @@ async def test_rules_hold_after_a_server_restart(tmp_path: Path, internet: Inter
 
 
 def _host_network_state() -> tuple[str, ...]:
-    """Links, addresses, routes (all tables) and rules of the host, and this process's open file descriptors."""
+    """Links, addresses, routes (all tables) and rules of the host."""
     shows = (["link"], ["addr"], ["route", "show", "table", "all"], ["-6", "route", "show", "table", "all"], ["rule"])
-    listed = tuple(subprocess.run(["ip", "-o", *s], check=True, capture_output=True, text=True).stdout for s in shows)
-    return (*listed, str(len(os.listdir("/proc/self/fd"))))
+    return tuple(subprocess.run(["ip", "-o", *s], check=True, capture_output=True, text=True).stdout for s in shows)
+
+
+def _sockets() -> int:
+    """This process's open sockets (the proxy's and DNS forwarder's are among them while a sandbox runs)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile (by another thread)
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
 
 
 async def test_fifty_sandboxes_started_and_stopped_leave_nothing_behind(rt: LocalRuntime) -> None:
     await rt.stop(await _started(rt, "warmup"))  # the runtime's own one-time state (threads, library) is made
-    before = _host_network_state()
+    before, sockets = _host_network_state(), _sockets()
     for i in range(50):
         box = await _started(rt, f"cycle{i}", INTERNET if i % 2 else NO_INTERNET)
         if i == 0:
             assert not await _reaches(rt, box, WEB_IP)
         await rt.stop(box)
     assert _host_network_state() == before
+    assert _sockets() <= sockets
     assert not rt._egress._attached

@@ -125,13 +125,20 @@ class Egress:
         while True:
             conn, _ = await loop.sock_accept(listener)
             conn.setblocking(False)
-            destination = (self._servers[0], 53) if dns and self._servers else original_destination(conn)
+            try:  # a connection made to the proxy's own address, not redirected, has no original destination
+                destination = (self._servers[0], 53) if dns and self._servers else original_destination(conn)
+            except OSError:
+                reset(conn)
+                continue
             task = asyncio.create_task(self._forward(attached, conn, destination, checked=not dns))
             attached.connections[task] = (destination[0], "")
             task.add_done_callback(lambda done: attached.connections.pop(done, None))
 
     async def _forward(self, attached: _Attached, conn: socket.socket, to: tuple[str, int], *, checked: bool) -> None:
         first = b""
+        if not attached.policy.internet:  # DNS over TCP of a sandbox whose rules went offline
+            reset(conn)
+            return
         if checked:
             try:
                 to, first = await self._destination(attached, conn, to)
