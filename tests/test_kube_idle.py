@@ -52,11 +52,9 @@ def test_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
         assert not _paused(server)  # so the wait below sees the idle pause happen
         wait_for(lambda: _paused(server), what="the idle pause")
         assert _replicas(kube, kube_namespace, sbx.sandbox_id) == "1"  # paused in its pod: memory kept
-        wait_for(
-            lambda: _replicas(kube, kube_namespace, sbx.sandbox_id) == "0",
-            what="the idle snapshot (scale to zero)",
-        )
-        assert sandboxes_by_state(server).get("snapshotted") == 1
+        # The ReplicaSet reaches 0 replicas before the transition ends: wait for the state, then check the scale.
+        wait_for(lambda: sandboxes_by_state(server).get("snapshotted") == 1, what="the idle snapshot")
+        assert _replicas(kube, kube_namespace, sbx.sandbox_id) == "0"  # scaled to zero
         assert sbx.get_info().state == "running"  # an idle pause is invisible on the E2B API
         woke = httpx.get(
             f"{server.url}/health", headers={"Host": f"49983-{sbx.sandbox_id}.sandbox.localhost"}, timeout=60
