@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.polling import wait_for
 
-__all__ = ["DNS_SERVER", "OTHER_IP", "WEB_IP", "Internet", "made_internet"]
+__all__ = ["DNS_SERVER", "OTHER_IP", "WEB_IP", "Internet", "internet", "made_internet"]
 
 WEB_IP, OTHER_IP, DNS_SERVER = "203.0.113.20", "198.51.100.20", "203.0.113.29"
 HOST_SIDE, ROUTER_SIDE, ROUTED = "198.51.100.1", "198.51.100.2", "203.0.113.16/28"
@@ -124,3 +126,10 @@ def made_internet(work: Path) -> Iterator[Internet]:
         subprocess.run(["ip", "link", "del", host_link], capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         wait_for(lambda: not Path(f"/run/netns/{name}").exists(), what=f"namespace {name} removed")
+
+
+@pytest.fixture(scope="module")
+def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
+    """The test internet, for the tests of one module."""
+    with made_internet(tmp_path_factory.mktemp("internet")) as net:
+        yield net

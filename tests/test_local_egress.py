@@ -11,32 +11,26 @@ import contextlib
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from pool import ALL_TRAFFIC, EgressRules, EgressSettings, LocalRuntime
-from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, Internet, made_internet
+from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, internet  # noqa: F401 (the fixture below)
 from tests.runtime_fixtures import local_runtime, new_runtime, require_criu, runtime_settings, spec
 from tests.sandbox_exec import CommandResult, run_in_sandbox
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("internet")]
 
 TEST_DNS = EgressSettings(dns_servers=(DNS_SERVER,))
 INTERNET, NO_INTERNET = EgressRules(), EgressRules(deny_out=ALL_TRAFFIC)
 CURL_CANNOT_CONNECT = 7  # curl's exit code when the connection is refused (a hang would be 28, the timeout)
 
 
-@pytest.fixture(scope="module")
-def internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Internet]:
-    with made_internet(tmp_path_factory.mktemp("internet")) as net:
-        yield net
-
-
 @pytest.fixture
-async def rt(tmp_path: Path, internet: Internet) -> AsyncIterator[LocalRuntime]:
+async def rt(tmp_path: Path) -> AsyncIterator[LocalRuntime]:
     async with local_runtime(tmp_path, egress=TEST_DNS) as runtime:
         yield runtime
 
@@ -192,9 +186,7 @@ async def test_set_egress_replaces_the_rules_of_a_running_sandbox(rt: LocalRunti
 
 
 @pytest.mark.parametrize("criu", [True, False], ids=["criu", "filesystem"])
-async def test_rules_hold_after_freeze_thaw_snapshot_and_restore(
-    tmp_path: Path, internet: Internet, criu: bool
-) -> None:
+async def test_rules_hold_after_freeze_thaw_snapshot_and_restore(tmp_path: Path, criu: bool) -> None:
     if criu:
         require_criu()
     async with local_runtime(tmp_path, criu=criu, egress=TEST_DNS) as rt:
@@ -224,7 +216,7 @@ async def _abandoned_server(data_dir: Path) -> list[subprocess.Popen[bytes]]:
     return [box.process for box in first._sandboxes.values() if box.process is not None]
 
 
-async def test_rules_hold_after_a_server_restart(tmp_path: Path, internet: Internet) -> None:
+async def test_rules_hold_after_a_server_restart(tmp_path: Path) -> None:
     launchers = await asyncio.to_thread(asyncio.run, _abandoned_server(tmp_path))
     async with local_runtime(tmp_path, criu=False, egress=TEST_DNS) as rt:
         assert await rt.recover() == {"survivor"}
