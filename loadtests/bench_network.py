@@ -44,9 +44,9 @@ def _timed_attach(rt: LocalRuntime, sink: dict[str, list[float]]) -> None:
     """Record how long each `Egress.attach` of `rt` takes, per sandbox (starts and `set_egress` alike)."""
     attach = rt._egress.attach
 
-    async def timed(sandbox_id: str, netns_fd: int, rules: EgressRules) -> None:
+    async def timed(sandbox_id: str, netns_fd: int, rules: EgressRules, *, fresh: bool = False) -> None:
         began = time.perf_counter()
-        await attach(sandbox_id, netns_fd, rules)
+        await attach(sandbox_id, netns_fd, rules, fresh=fresh)
         sink.setdefault(sandbox_id, []).append((time.perf_counter() - began) * 1000)
 
     rt._egress.attach = timed  # type: ignore[method-assign]

@@ -125,6 +125,7 @@ class LocalSandboxes:
 
     async def _launch(self, box: Sandbox, layers: list[Path]) -> None:
         await launch(box, layers, seccomp=self._seccomp, within=self._settings.start_timeout)
+        box.fresh_netns = True
         self._adopt(box)
 
     async def _bring_up(self, box: Sandbox, spec: SandboxSpec, *, autostart: bool = False) -> None:
@@ -139,7 +140,7 @@ class LocalSandboxes:
 
     async def _connect(self, box: Sandbox, rules: EgressRules) -> None:
         """Give a sandbox whose pid 1 runs its egress (`_egress`), and record the rules for its comebacks."""
-        await self._egress.attach(box.sandbox_id, box.netns_fd, rules)
+        await self._egress.attach(box.sandbox_id, box.netns_fd, rules, fresh=box.fresh_netns)
         box.set_egress_rules(rules)  # tiny: fine on the loop
 
     async def _set_egress(self, sandbox_id: str, rules: EgressRules) -> None:

@@ -74,11 +74,13 @@ class Egress:
         except ValueError as exc:
             raise RuntimeFailure(f"egress rules that cannot be enforced: {exc}") from exc
 
-    async def attach(self, sandbox_id: str, netns_fd: int, rules: EgressRules) -> None:
+    async def attach(self, sandbox_id: str, netns_fd: int, rules: EgressRules, *, fresh: bool = False) -> None:
         """Give the sandbox `rules` (replacing its previous ones, and cutting its connections they now deny).
 
         A sandbox that has never had internet gets nothing at all (its loopback is all it can reach): starting a
         warm or an offline sandbox costs nothing, and its first rules cost a creation, not a replacement.
+        `fresh`: the namespace is known to hold no table yet (a start), so none is replaced; a restored or
+        re-adopted namespace may hold its old one (CRIU restores nftables; a restart leaves it).
         """
         policy = self.policy(rules)
         attached = self._attached.get(sandbox_id)
@@ -93,7 +95,7 @@ class Egress:
             return
         if not policy.internet:
             return
-        tcp, udp = await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: _set_up(policy))
+        tcp, udp = await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: _set_up(policy, replace=not fresh))
         attached = _Attached(policy, tcp, DnsForwarder(udp, self._servers))
         attached.accepting = [asyncio.create_task(self._accept(attached, listener)) for listener in tcp]
         self._attached[sandbox_id] = attached
@@ -202,16 +204,24 @@ class _Denied(Exception):
     """The sandbox may not reach where this connection goes."""
 
 
-def _set_up(policy: EgressPolicy) -> tuple[list[socket.socket], socket.socket]:
-    """Inside the sandbox's namespace (blocking): route, table, and the host's sockets there."""
+def _set_up(policy: EgressPolicy, *, replace: bool) -> tuple[list[socket.socket], socket.socket]:
+    """Inside the sandbox's namespace (blocking): route, table, and the host's sockets there (all closed again
+    when one cannot be made, e.g. its port taken by the sandbox while no server held it)."""
     add_default_routes()
-    run_nft(policy.ruleset(_TABLE, replace=False))
-    tcp = [_listener(socket.AF_INET, "127.0.0.1", PROXY_PORT), _listener(socket.AF_INET, DNS_ADDRESS, 53)]
-    with contextlib.suppress(OSError):  # a kernel without IPv6 has no ::1
-        tcp.append(_listener(socket.AF_INET6, "::1", PROXY_PORT))
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind((DNS_ADDRESS, 53))
-    return tcp, udp
+    run_nft(policy.ruleset(_TABLE, replace=replace))
+    made: list[socket.socket] = []
+    try:
+        made += [_listener(socket.AF_INET, "127.0.0.1", PROXY_PORT), _listener(socket.AF_INET, DNS_ADDRESS, 53)]
+        with contextlib.suppress(OSError):  # a kernel without IPv6 has no ::1
+            made.append(_listener(socket.AF_INET6, "::1", PROXY_PORT))
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        made.append(udp)
+        udp.bind((DNS_ADDRESS, 53))
+    except OSError:
+        for sock in made:
+            sock.close()
+        raise
+    return made[:-1], udp
 
 
 def _listener(family: int, address: str, port: int) -> socket.socket:
