@@ -143,6 +143,14 @@ async def test_private_ranges_the_hosts_addresses_and_other_sandboxes_stay_unrea
         server.close()
 
 
+async def test_the_operators_denied_cidrs_hold_for_every_sandbox(tmp_path: Path) -> None:
+    denying = EgressSettings(dns_servers=(DNS_SERVER,), denied=("198.51.100.0/24",))
+    async with local_runtime(tmp_path, egress=denying) as rt:
+        box = await _started(rt, "operator", EgressRules(allow_out=(f"{OTHER_IP}/32",)))
+        assert not await _reaches(rt, box, OTHER_IP)
+        assert await _reaches(rt, box, WEB_IP)
+
+
 # What `nft delete table inet agent_sandbox` sends (a netfilter batch over netlink); prints the kernel's answer.
 _DELETE_OWN_TABLE = (
     """
