@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from executor._freeze import Freezer
     from executor._metrics import Metrics
     from executor._processes import ProcessTable
+    from executor._sudo import SudoServer
     from executor._watch_service import WatchService
 
 __all__ = ("App", "Settings")
@@ -78,6 +79,7 @@ class App:
         self._defaults = defaults
         self._reaper = reaper
         self._loaded: _Loaded | None = None
+        self._sudo: SudoServer | None = None
         self._routes: dict[str, dict[str, Route]] = {
             "/health": {"GET": self._health, "HEAD": self._health},
             "/init": {"POST": self._init},
@@ -117,8 +119,17 @@ class App:
         """Start reaping children now: as pid 1 the executor adopts orphans from the start."""
         self._reaper.install(loop)
 
+    def serve_sudo(self) -> None:
+        """Offer `sudo` to the sandbox's processes (`_sudo`); the entry point calls it only as a sandbox's pid 1."""
+        from executor._sudo import SudoServer
+
+        self._sudo = SudoServer(self._defaults, self._reaper)
+        self._sudo.start()
+
     async def close(self) -> None:
         """Kill every process the executor started (and reap them), and stop every watch."""
+        if self._sudo is not None:
+            self._sudo.close()
         if self._loaded is not None:
             self._loaded.watches.close()
             await self._loaded.processes.kill_all(grace=STOP_GRACE_SECONDS)

@@ -73,6 +73,8 @@ async def _serve(host: str, port: int, ready_fd: int | None, app: App) -> int:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
     app.load()
+    if os.getpid() == 1:  # a sandbox's init: see `_sudo` for why never elsewhere
+        app.serve_sudo()
     await stop.wait()
     server.close()
     await app.close()

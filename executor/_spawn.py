@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from executor._errors import InvalidArgument
 from executor._users import User
 
-__all__ = ("Child", "Spec", "set_window_size", "spawn")
+__all__ = ("Child", "Spec", "set_window_size", "spawn", "start_on")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ def spawn(spec: Spec) -> Child:
     if spec.pty_size is not None:
         return _spawn_with_pty(spec, *spec.pty_size)
     return _spawn_with_pipes(spec)
+
+
+def start_on(spec: Spec, stdin: int, stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+    """Fork and exec `spec` on streams someone else opened (`sudo`'s own), in its own process group."""
+    return _popen(spec, stdin, stdout, stderr, new_session=False)
 
 
 def set_window_size(fd: int, cols: int, rows: int) -> None:

@@ -71,6 +71,9 @@ def install_executor(source: Path, base: Path, upper: Path, work: Path) -> None:
     home = upper / EXECUTOR_HOME.lstrip("/")
     shutil.copytree(source, home / "executor", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (home / "run-executor.py").write_text(_RUN_EXECUTOR)
+    # The sandbox's passwordless sudo (executor/_sudo.py), ahead of the setuid one that no_new_privs disables.
+    (upper / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+    (upper / "usr/local/bin/sudo").symlink_to(f"{EXECUTOR_HOME}/executor/sudo.py")
     script = (
         f"python3 -m pip install -q --no-cache-dir --disable-pip-version-check --break-system-packages "
         f"--target {EXECUTOR_HOME}/lib {EXECUTOR_DEPENDENCIES}\npython3 -m compileall -q {EXECUTOR_HOME}"
