@@ -35,6 +35,7 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     envd_version: str = ENVD_VERSION  # reported to SDKs, which gate features on it
     domain: str | None = None  # where sandbox ports are served, `<port>-<id>.<domain>`; reported to SDKs
     client_id: str = "agent-sandbox"  # E2B's deprecated but required `clientID`
+    default_internet: bool = True  # a create without `allow_internet_access` reaches the internet (E2B's default)
     template_aliases: dict[str, str] = {}  # extra template names, e.g. {"code-interpreter-v1": "code-interpreter"}
 
     def __post_init__(self) -> None:

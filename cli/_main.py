@@ -140,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--sandbox-denied-cidr", type=_cidr, action="append",
         default=_env_list("--sandbox-denied-cidr", _cidr), metavar="CIDR",
         help="never reachable from sandboxes, on top of private and link-local ranges and the host (repeatable)")
+    _env_option(serve, "--sandbox-internet", "on" if defaults.sandbox_internet else "off", choices=["on", "off"],
+        help="whether a sandbox created without allow_internet_access reaches the internet (E2B: on; default "
+        "%(default)s)")
     _env_option(serve, "--sandbox-ca-certs", defaults.sandbox_ca_certs, type=_ca_certs, metavar="PATH|none",
         help="extra CAs sandboxes trust: a directory of *.crt or a PEM file (default %(default)s; none: off)")
     # fmt: on
@@ -197,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     api_key_secret=args.api_key_secret, redis_url=args.redis_url, replica_id=args.replica_id,
                     lease_duration=float(args.lease_duration), sandbox_dns=tuple(args.sandbox_dns),
                     sandbox_denied_cidrs=tuple(args.sandbox_denied_cidr), sandbox_ca_certs=args.sandbox_ca_certs,
+                    sandbox_internet=args.sandbox_internet == "on",
                 )
             )  # fmt: skip
         case "keys":

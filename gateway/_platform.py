@@ -230,6 +230,7 @@ def _activator_settings(settings: ServeSettings) -> ActivatorSettings:
     values = {
         "domain": settings.domain, "pause_after": settings.pause_after, "snapshot_after": settings.snapshot_after,
         "max_held": settings.max_held, "hold_deadline": settings.hold_deadline,
+        "default_internet": settings.sandbox_internet,
     }  # fmt: skip
     return msgspec.convert(values, ActivatorSettings)
 

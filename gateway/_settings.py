@@ -47,6 +47,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_dns: tuple[str, ...] = ()
     sandbox_denied_cidrs: tuple[str, ...] = ()
     sandbox_ca_certs: Path | None = Path("/usr/local/share/ca-certificates")
+    sandbox_internet: bool = True  # what a create that leaves `allow_internet_access` out gets (E2B: internet on)
 
     @property
     def cgroup_name(self) -> str:

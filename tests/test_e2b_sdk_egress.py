@@ -13,7 +13,7 @@ import pytest
 from e2b import ALL_TRAFFIC, Sandbox
 
 from tests.internet_fixtures import OTHER_IP, WEB_IP, internet  # noqa: F401 (the fixture below)
-from tests.server_fixtures import RunningServer
+from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 
 CURL_CANNOT_CONNECT = 7
 pytestmark = pytest.mark.usefixtures("internet")
@@ -72,3 +72,25 @@ def test_update_network_replaces_the_rules_of_a_running_sandbox(sandboxes: list[
     assert not _reaches(sbx, WEB_IP)
     sbx.update_network({})
     assert _reaches(sbx, WEB_IP)
+
+
+@pytest.fixture(scope="module")
+def offline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server whose sandboxes get no internet unless a create asks for it (`serve --sandbox-internet off`)."""
+    with server_in_temp_dir(tmp_path_factory, "offline", "--sandbox-internet", "off") as server:
+        yield server
+
+
+def test_a_server_without_internet_by_default_still_gives_it_to_who_asks(
+    offline_server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    point_e2b_at(offline_server, monkeypatch)
+    made: list[Sandbox] = []
+    try:
+        quiet, online = _created(made), _created(made, allow_internet_access=True)
+        assert quiet.get_info().allow_internet_access is False  # reported as what is in force
+        assert not _reaches(quiet, WEB_IP)
+        assert _reaches(online, WEB_IP)
+    finally:
+        for sandbox in made:
+            sandbox.kill()

@@ -40,8 +40,11 @@ WIRE_STATES: dict[WireState, frozenset[SandboxState]] = {
 _WIRE_STATE: dict[SandboxState, WireState] = {state: wire for wire, states in WIRE_STATES.items() for state in states}
 
 
-def create_request(body: _wire.NewSandbox, *, default_timeout: int, default_secure: bool) -> CreateRequest:
-    """A create body with the endpoint's defaults applied (v2: 300 s and always secure; v1: 15 s, `secure`)."""
+def create_request(
+    body: _wire.NewSandbox, *, default_timeout: int, default_secure: bool, default_internet: bool = True
+) -> CreateRequest:
+    """A create body with the endpoint's defaults applied (v2: 300 s and always secure; v1: 15 s, `secure`) and
+    the server's (`default_internet`: what leaving `allow_internet_access` out means; off is reported as false)."""
     auto_resume = body.auto_resume.enabled if body.auto_resume else False
     on_timeout: Literal["kill", "pause"] = "pause" if body.auto_pause else "kill"
     if body.lifecycle:
@@ -52,6 +55,9 @@ def create_request(body: _wire.NewSandbox, *, default_timeout: int, default_secu
     secure = default_secure if body.secure is None else body.secure
     public = network.allow_public_traffic is not False
     check_private_ingress(public=public, secure=secure)
+    internet = body.allow_internet_access
+    if internet is None and not default_internet:
+        internet = False
     return CreateRequest(
         template=body.template_id,
         timeout=default_timeout if body.timeout is None else body.timeout,
@@ -59,8 +65,8 @@ def create_request(body: _wire.NewSandbox, *, default_timeout: int, default_secu
         env_vars=body.env_vars or {},
         secure=secure,
         lifecycle=Lifecycle(on_timeout=on_timeout, auto_resume=auto_resume),
-        allow_internet_access=body.allow_internet_access,
-        egress=egress_in_force(network.allow_out, network.deny_out, allow_internet_access=body.allow_internet_access),
+        allow_internet_access=internet,
+        egress=egress_in_force(network.allow_out, network.deny_out, allow_internet_access=internet),
         public_traffic=public,
         mask_request_host=None if network.mask_request_host is None else mask_host(network.mask_request_host),
     )

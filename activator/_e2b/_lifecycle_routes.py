@@ -39,6 +39,7 @@ async def create(
         data,
         default_timeout=settings.default_timeout if v2 else settings.default_timeout_v1,
         default_secure=v2,
+        default_internet=settings.default_internet,
     )
 
     async def answer() -> bytes:
