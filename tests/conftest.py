@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2b import Sandbox
 
 from cli._doctor import doctor
 from pool import ImageStore
@@ -140,6 +141,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 def e2b_env(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> RunningServer:
     """Point the E2B SDK at the session's server (plain-HTTP single-host recipe)."""
     return point_e2b_at(server, monkeypatch)
+
+
+@pytest.fixture
+def sandboxes(e2b_env: RunningServer) -> Iterator[list[Sandbox]]:
+    """E2B SDK sandboxes a test creates (it appends them), killed when it ends."""
+    made: list[Sandbox] = []
+    yield made
+    for sandbox in made:
+        sandbox.kill()
 
 
 @pytest.fixture

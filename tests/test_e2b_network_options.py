@@ -7,7 +7,6 @@ Traffic goes only to the server on loopback and to servers inside the sandboxes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -30,15 +29,6 @@ _HOST_ECHO = (
     "        self.wfile.write(body)\n"
     "h.HTTPServer(('127.0.0.1', 8000), E).serve_forever()\n"
 )
-
-
-@pytest.fixture
-def sandboxes(e2b_env: RunningServer) -> Iterator[list[Sandbox]]:
-    """Sandboxes a test creates, killed when it ends."""
-    made: list[Sandbox] = []
-    yield made
-    for sandbox in made:
-        sandbox.kill()
 
 
 def serve_host_echo(sbx: Sandbox, server: RunningServer) -> str:

@@ -19,15 +19,6 @@ CURL_CANNOT_CONNECT = 7
 pytestmark = pytest.mark.usefixtures("internet")
 
 
-@pytest.fixture
-def sandboxes(e2b_env: RunningServer) -> Iterator[list[Sandbox]]:
-    """Sandboxes a test creates, killed when it ends."""
-    made: list[Sandbox] = []
-    yield made
-    for sandbox in made:
-        sandbox.kill()
-
-
 def _created(made: list[Sandbox], **options: Any) -> Sandbox:
     made.append(Sandbox.create(**options))
     return made[-1]
