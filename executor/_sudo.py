@@ -30,6 +30,7 @@ import os
 import pwd
 import socket
 import struct
+import subprocess
 from collections.abc import Coroutine
 from typing import Any
 
@@ -114,15 +115,15 @@ class SudoServer:
         """Start the command on the caller's streams, pass on its signals, and return its exit status."""
         if not self._allowed(caller):
             raise Refused(f"sudo: {_name(caller)} is not allowed to run sudo in this sandbox")
-        pid = _start(message, fds)
+        popen = _start(message, fds)  # kept until it exits: a dropped Popen would be waited for by the next one
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._reaper.watch(pid, exited.set_result)  # in the fork's loop step: the SIGCHLD cannot come first
-        forwarding = asyncio.get_running_loop().create_task(_forward_signals(conn, pid))
+        self._reaper.watch(popen.pid, exited.set_result)  # in the fork's loop step: the SIGCHLD cannot come first
+        forwarding = asyncio.get_running_loop().create_task(_forward_signals(conn, popen.pid))
         try:
             status = await exited
         finally:
             forwarding.cancel()
-        code = os.waitstatus_to_exitcode(status)
+        popen.returncode = code = os.waitstatus_to_exitcode(status)  # so Popen never waits
         return code if code >= 0 else 128 - code
 
     def _allowed(self, uid: int) -> bool:
@@ -141,12 +142,12 @@ class SudoServer:
         return account.pw_name in group.gr_mem or account.pw_gid == group.gr_gid
 
 
-def _start(message: bytes, fds: list[int]) -> int:
+def _start(message: bytes, fds: list[int]) -> subprocess.Popen[bytes]:
     """Fork and exec the request on the caller's streams, then close the executor's copies of them."""
     argv, user, env, cwd = _request(message, len(fds))
     try:
         spec = Spec(argv, env, cwd if os.path.isdir(cwd) else "/", lookup(user))
-        return start_on(spec, *fds).pid
+        return start_on(spec, *fds)
     except ExecutorError as exc:
         raise Refused(f"sudo: {exc.message}") from exc
     finally:
