@@ -75,7 +75,7 @@ class SudoServer:
         self._spawn_task(self._accept(listener))
 
     def close(self) -> None:
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
         if self._listener is not None:
             self._listener.close()
