@@ -15,8 +15,16 @@ from pool import EgressSettings, ExecutorInit, LocalRuntime, LocalRuntimeSetting
 from pool._local._criu import criu_dir, probe
 
 __all__ = [
-    "IMAGE_CACHE", "TEMPLATES", "http_get", "local_runtime", "new_runtime", "require_criu", "runtime_settings",
-    "sandbox_footprint", "spec",
+    "IMAGE_CACHE",
+    "TEMPLATES",
+    "http_get",
+    "local_runtime",
+    "new_runtime",
+    "require_criu",
+    "runtime_cgroup",
+    "runtime_settings",
+    "sandbox_footprint",
+    "spec",
 ]  # fmt: skip
 
 IMAGE_CACHE = Path(os.environ.get("AGENT_SANDBOX_IMAGE_CACHE", "/var/cache/agent-sandbox/images"))
@@ -37,9 +45,14 @@ def runtime_settings(
     )  # fmt: skip
 
 
+def runtime_cgroup(data_dir: Path) -> str:
+    """The parent cgroup of a test runtime's sandboxes: one per data directory, apart from any server's."""
+    return "agent-sandbox-test-" + data_dir.name[-12:]
+
+
 def new_runtime(settings: LocalRuntimeSettings) -> LocalRuntime:
     """A runtime on `settings`; a second one on the same data directory stands for a restarted server."""
-    return LocalRuntime(settings, parent_cgroup="agent-sandbox-test-" + settings.data_dir.name[-12:])
+    return LocalRuntime(settings, parent_cgroup=runtime_cgroup(settings.data_dir))
 
 
 @asynccontextmanager

@@ -12,8 +12,9 @@ import msgspec
 import pytest
 
 from pool import ALL_TRAFFIC, EgressRules, LocalRuntime, PortClosed, Resources, RuntimeFailure
+from pool._local._launcher import ROOT_MOUNTPOINT
 from tests.polling import wait_for_async
-from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, spec
+from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, runtime_cgroup, spec
 from tests.sandbox_exec import run_in_sandbox
 
 pytestmark = pytest.mark.anyio
@@ -223,8 +224,11 @@ def _children() -> list[int]:
     return found
 
 
-def _host_footprint(tmp_path: Path) -> tuple[int, list[int], list[str]]:
-    mounts = Path("/proc/self/mountinfo").read_text().count("\n")
+def _host_footprint(tmp_path: Path) -> tuple[list[str], list[int], list[str]]:
+    # The host's mounts that are this runtime's (its data directory, the sandboxes' root mount point): a count of
+    # every mount would see whatever else the machine mounts meanwhile (network namespaces, other servers).
+    ours = (str(tmp_path), str(ROOT_MOUNTPOINT))
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if any(p in line for p in ours)]
     processes = _children()
     leftovers = sorted(os.listdir(tmp_path / "sandboxes")) if (tmp_path / "sandboxes").exists() else []
     return mounts, processes, leftovers
@@ -238,6 +242,8 @@ async def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path:
 
     async def scenario(rt: LocalRuntime) -> None:
         rt.set_exit_listener(record_exit)
+        await rt.start(spec("warmup"))  # what a runtime starts once for all its sandboxes (the nftables worker)
+        await rt.stop("warmup")
         mounts, processes, _ = _host_footprint(tmp_path)
         for i in range(50):
             await rt.start(spec(f"cycle{i}"))
@@ -251,7 +257,7 @@ async def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path:
         assert leftovers == []
         assert after_mounts == mounts
         assert set(after_processes) - set(processes) == set()
-        cgroups = [p for p in Path("/sys/fs/cgroup").glob("*/agent-sandbox-test-*/*") if p.is_dir()]
+        cgroups = [p for p in Path("/sys/fs/cgroup").glob(f"*/{runtime_cgroup(tmp_path)}/*") if p.is_dir()]
         assert cgroups == []
 
     await _run(tmp_path, scenario)
