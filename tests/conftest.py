@@ -144,6 +144,14 @@ def e2b_env(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> RunningSe
 
 
 @pytest.fixture
+def sbx(e2b_env: RunningServer) -> Iterator[Sandbox]:
+    """One E2B SDK sandbox of the session's server (template `base`), killed when the test ends."""
+    sandbox = Sandbox.create()
+    yield sandbox
+    sandbox.kill()
+
+
+@pytest.fixture
 def sandboxes(e2b_env: RunningServer) -> Iterator[list[Sandbox]]:
     """E2B SDK sandboxes a test creates (it appends them), killed when it ends."""
     made: list[Sandbox] = []

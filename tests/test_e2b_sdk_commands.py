@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 
 import pytest
 from e2b import CommandExitException, PtySize, Sandbox
-
-from tests.server_fixtures import RunningServer
-
-
-@pytest.fixture
-def sbx(e2b_env: RunningServer) -> Iterator[Sandbox]:
-    sandbox = Sandbox.create()
-    yield sandbox
-    sandbox.kill()
 
 
 def test_foreground_command_returns_output_and_exit_code(sbx: Sandbox) -> None:

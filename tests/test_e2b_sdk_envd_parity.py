@@ -6,22 +6,11 @@ envd version the control plane reports, so each of these only works end to end w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
 from e2b import EntryInfo, FileType, Sandbox
 
 from executor.envd import ENVD_VERSION
 from tests.polling import wait_for
-from tests.server_fixtures import RunningServer
-
-
-@pytest.fixture
-def sbx(e2b_env: RunningServer) -> Iterator[Sandbox]:
-    sandbox = Sandbox.create()
-    yield sandbox
-    sandbox.kill()
 
 
 def test_the_reported_envd_version_is_the_one_the_executor_serves(sbx: Sandbox) -> None:

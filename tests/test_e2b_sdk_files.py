@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,6 @@ from e2b import FileType, Sandbox
 from e2b.exceptions import NotFoundException
 
 from tests.polling import wait_for
-from tests.server_fixtures import RunningServer
-
-
-@pytest.fixture
-def sbx(e2b_env: RunningServer) -> Iterator[Sandbox]:
-    sandbox = Sandbox.create()
-    yield sandbox
-    sandbox.kill()
 
 
 def test_text_and_one_mebibyte_binary_round_trip(sbx: Sandbox) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 import websockets
@@ -60,13 +58,6 @@ while True:
     conn, _ = listener.accept()
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 """
-
-
-@pytest.fixture
-def sbx(e2b_env: RunningServer) -> Iterator[Sandbox]:
-    sandbox = Sandbox.create()
-    yield sandbox
-    sandbox.kill()
 
 
 def test_server_on_loopback_inside_is_served_by_host_name(sbx: Sandbox, e2b_env: RunningServer) -> None:
