@@ -28,6 +28,7 @@ from activator._logs import LogLine
 from activator._mcp import McpServer, SandboxUrls
 from activator._metrics_ring import SAMPLE_INTERVAL, SAMPLES_KEPT, Sample
 from activator._records import (
+    MAX_SANDBOX_ID_LENGTH,
     ApiKey,
     CreateRequest,
     Ingress,
@@ -49,6 +50,7 @@ __all__ = [
     "IDEMPOTENCY_TTL",
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
+    "MAX_SANDBOX_ID_LENGTH",
     "SAMPLES_KEPT",
     "SAMPLE_INTERVAL",
     "Activator",

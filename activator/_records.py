@@ -17,6 +17,7 @@ import msgspec
 from pool import ALL_TRAFFIC, EgressRules
 
 __all__ = [
+    "MAX_SANDBOX_ID_LENGTH",
     "ApiKey",
     "CreateRequest",
     "Egress",
@@ -33,6 +34,9 @@ __all__ = [
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 _ID_LENGTH = 20
+# The longest sandbox id any API takes (a path, a Host, `E2b-Sandbox-Id`): ours have `_ID_LENGTH`, the bound leaves
+# room to grow and answers a 10 kB id 400 before any lookup.
+MAX_SANDBOX_ID_LENGTH = 64
 
 PauseReason = Literal["api", "timeout", "idle"]  # idle: the idle policy's, invisible on the E2B API
 SnapshotKind = Literal["criu", "filesystem"]  # what the runtime's snapshot kept (pool.SnapshotKind)

@@ -20,11 +20,15 @@ __all__ = ("decode", "read_messages", "read_single_message")
 Req = TypeVar("Req", bound=Message)
 
 
-def decode(message_decoder: msgspec.json.Decoder[Req], payload: bytes) -> Req:
+def decode(message_decoder: msgspec.json.Decoder[Req], payload: bytes, what: str = "request") -> Req:
+    """The message, or InvalidArgument: also for JSON nested past the interpreter's recursion limit (about 1,000
+    levels), which msgspec reports as RecursionError, not as a decode error."""
     try:
         return message_decoder.decode(payload)
     except msgspec.MsgspecError as exc:
-        raise InvalidArgument(f"invalid request message: {exc}") from exc
+        raise InvalidArgument(f"invalid {what} message: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidArgument(f"invalid {what} message: JSON nested too deeply") from exc
 
 
 async def _payloads(body: Body) -> AsyncIterator[bytes]:

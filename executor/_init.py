@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from executor._defaults import Defaults
+from executor._envelopes import decode
 from executor._errors import InvalidArgument, Unauthenticated
 from executor._users import lookup
 from executor.envd import InitRequest
@@ -22,10 +23,7 @@ _decoder = msgspec.json.Decoder(InitRequest)
 
 def apply_init(defaults: Defaults, body: bytes) -> None:
     """Validate the whole message first, then apply it: a bad message changes nothing."""
-    try:
-        request = _decoder.decode(body or b"{}")
-    except msgspec.MsgspecError as exc:
-        raise InvalidArgument(f"invalid init message: {exc}") from exc
+    request = decode(_decoder, body or b"{}", "init")
     if request.default_user is not None:
         try:
             lookup(request.default_user)

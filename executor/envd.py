@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import msgspec
 
@@ -46,6 +46,7 @@ __all__ = (
     "EndOfStream",
     "EntryInfo",
     "EntryResponse",
+    "EnvVars",
     "ErrorBody",
     "FilesystemEvent",
     "GetWatcherEventsResponse",
@@ -113,6 +114,14 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # the largest message the executor reads; 
 MAX_UPLOAD_BYTES = 1024**3  # one POST /files body
 MAX_ARCHIVE_BYTES = 256 * 1024**2  # one /agent-sandbox/archive, packed or unpacked
 
+# Environment variables as every caller may send them (create's `envVars`, `/init`, `Process/Start`): a name is
+# non-empty with no `=` or NUL, a value has no NUL. `execve` cannot pass anything else, so a variable outside
+# these is refused where it arrives (400, `invalid_argument`) rather than breaking every later command.
+EnvVars = dict[
+    Annotated[str, msgspec.Meta(pattern="^[^=\x00]+$", description="non-empty, without `=` or NUL")],
+    Annotated[str, msgspec.Meta(pattern="^[^\x00]*$", description="without NUL")],
+]
+
 
 def basic_auth(user: str) -> str:
     """The `Authorization` value naming `user`: Basic with the user and an empty password."""
@@ -147,7 +156,7 @@ class Pty(Message):
 class ProcessConfig(Message):
     cmd: str = ""
     args: list[str] = []
-    envs: dict[str, str] = {}
+    envs: EnvVars = {}
     cwd: str | None = None
 
 
@@ -369,7 +378,7 @@ class EndOfStream(Message):
 class InitRequest(Message):
     """`POST /init`: what the control plane sets in a (possibly warm) sandbox; `None` leaves it as it is."""
 
-    env_vars: dict[str, str] | None = None
+    env_vars: EnvVars | None = None
     access_token: str | None = None  # "" removes the token
     default_user: str | None = None
     default_workdir: str | None = None

@@ -3,8 +3,9 @@
 Host form: ``Host: <port>-<sandboxID>.<domain>`` (one label under the domain, case-insensitive, any ``:port``).
 Header form: ``E2b-Sandbox-Id`` + ``E2b-Sandbox-Port`` on a request whose Host is an IP literal, ``localhost``,
 ``sandbox.<domain>``, ``api.<domain>`` or the domain itself (the single-host recipe, e2b-protocol §1.7).
-Everything else is the control plane. A request that names a sandbox port badly gets a ``RoutingError``
-(answered 400), never the control plane, so ``GET /health`` with routing headers is envd's and without them is ours.
+Everything else is the control plane. A request that names a sandbox port badly, or whose Host is longer than a DNS
+name and a port, gets a ``RoutingError`` (answered 400), never the control plane, so ``GET /health`` with routing
+headers is envd's and without them is ours.
 
 ``forwarded_headers`` re-addresses a routed request's headers for the sandbox (both proxies use it).
 """
@@ -18,7 +19,18 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["REQUEST_DROP", "Route", "Router", "RoutingError", "forwarded_headers", "host_header", "parse_route"]
+from activator import MAX_SANDBOX_ID_LENGTH
+
+__all__ = [
+    "MAX_HOST_LENGTH",
+    "REQUEST_DROP",
+    "Route",
+    "Router",
+    "RoutingError",
+    "forwarded_headers",
+    "host_header",
+    "parse_route",
+]
 
 
 # Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus ones the gateway rewrites, plus the
@@ -29,6 +41,10 @@ REQUEST_DROP = frozenset(
     | {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"e2b-traffic-access-token"}
 )
 _SCHEMES = {"http": b"http", "https": b"https", "ws": b"http", "wss": b"https"}
+_SHOWN = 100  # characters of a rejected host, port or id quoted back in the error
+# The longest Host taken: a DNS name (253) and a port. Longer is refused before the per-Host cache, whose 4096
+# entries would otherwise hold as many megabyte-long headers.
+MAX_HOST_LENGTH = 253 + len(":65535")
 
 
 class Route(msgspec.Struct, frozen=True):
@@ -73,6 +89,8 @@ class Router:
 
     def parse(self, host: bytes | str, headers: Iterable[tuple[bytes, bytes]]) -> Route | None:
         """The sandbox port the request is for, or None for the control plane; ASGI header names are lowercase."""
+        if len(host) > MAX_HOST_LENGTH:
+            raise RoutingError(f"Invalid Host: longer than {MAX_HOST_LENGTH} characters")
         kind = self._classify(host)
         if isinstance(kind, _ByHeaders):
             return _route_from_headers(headers)
@@ -87,7 +105,7 @@ class Router:
         label = name[: -len(self._suffix)]
         port, dash, sandbox_id = label.partition("-")
         if "." in label or not dash:
-            raise RoutingError(f"Invalid sandbox host {name!r}: expected <port>-<sandboxID>{self._suffix}")
+            raise RoutingError(f"Invalid sandbox host {_shown(name)}: expected <port>-<sandboxID>{self._suffix}")
         return _route(port, sandbox_id)
 
 
@@ -123,10 +141,17 @@ def _route_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> Route | None:
 
 def _route(port: str, sandbox_id: str) -> Route:
     if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise RoutingError(f"Invalid sandbox port {port!r}: expected an integer from 1 to 65535")
-    if not (sandbox_id.isascii() and sandbox_id.isalnum() and sandbox_id == sandbox_id.lower()):
-        raise RoutingError(f"Invalid sandbox ID {sandbox_id!r}: expected lowercase letters and digits")
+        raise RoutingError(f"Invalid sandbox port {_shown(port)}: expected an integer from 1 to 65535")
+    valid = sandbox_id.isascii() and sandbox_id.isalnum() and sandbox_id == sandbox_id.lower()
+    if not valid or len(sandbox_id) > MAX_SANDBOX_ID_LENGTH:
+        expected = f"up to {MAX_SANDBOX_ID_LENGTH} lowercase letters and digits"
+        raise RoutingError(f"Invalid sandbox ID {_shown(sandbox_id)}: expected {expected}")
     return Route(sandbox_id, int(port))
+
+
+def _shown(value: str) -> str:
+    """`value` quoted for an error message, cut short: a 60 kB Host is not sent back whole."""
+    return repr(value if len(value) <= _SHOWN else value[:_SHOWN] + "...")
 
 
 def _strip_port(host: str) -> str:

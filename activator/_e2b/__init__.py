@@ -11,6 +11,7 @@ from activator._e2b._error_handler import e2b_error_response
 from activator._e2b._info_routes import INFO_ROUTES
 from activator._e2b._lifecycle_routes import LIFECYCLE_ROUTES
 from activator._e2b._network_routes import NETWORK_ROUTES
+from activator._e2b._request import E2bRequest
 from activator._e2b._state import ACTIVATOR, API_KEYS, activator_from, owner_from
 from activator._e2b._unsupported_routes import UNSUPPORTED_ROUTES
 
@@ -35,4 +36,5 @@ def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
         middleware=[DefineMiddleware(ApiKeyAuth, exclude_from_auth_key=EXCLUDE_FROM_AUTH)],
         exception_handlers={Exception: e2b_error_response},
         request_max_body_size=max_body_bytes,
+        request_class=E2bRequest,
     )

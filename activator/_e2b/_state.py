@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.params import FromPath
+from litestar.params import PathParameter
 
 from activator._activator import Activator
 from activator._keys import ApiKeys
+from activator._records import MAX_SANDBOX_ID_LENGTH
 
 __all__ = [
     "ACTIVATOR",
@@ -28,7 +29,8 @@ API_KEYS = "api_keys"  # app.state key of the `ApiKeys`
 
 ActivatorDep = NamedDependency[Activator]  # handler parameter `activator`, provided by `activator_from`
 OwnerDep = NamedDependency[str]  # handler parameter `owner`, provided by `owner_from`
-SandboxIdPath = FromPath[str]  # handler parameter `sandbox_id`, the `{sandbox_id}` of the path
+# Handler parameter `sandbox_id`, the `{sandbox_id}` of the path: anything but an id's shape is a 400.
+SandboxIdPath = Annotated[str, PathParameter(max_length=MAX_SANDBOX_ID_LENGTH, pattern="^[a-z0-9]+$")]
 
 
 def activator_from(state: State) -> Activator:

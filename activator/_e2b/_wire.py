@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from executor.envd import EnvVars
+
 __all__ = [
     "AutoResume",
     "ConnectRequest",
@@ -99,7 +101,7 @@ class NewSandbox(_Wire):
     iam: Any = None  # workload identity tokens: refused
     secure: bool | None = None
     metadata: dict[str, str] | None = None
-    env_vars: dict[str, str] | None = None
+    env_vars: EnvVars | None = None
 
 
 class ConnectRequest(_Wire):

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from activator._mcp._errors import BadArguments
+from executor.envd import EnvVars
 
 __all__ = [
     "CreateSandbox",
@@ -54,7 +55,7 @@ class CreateSandbox(ToolArgs):
         Meta(description="At the timeout: 'kill' deletes it; 'pause' freezes it, and a request to its URLs wakes it."),
     ] = "kill"
     metadata: Annotated[_Strings, Meta(description="Labels to find it again with listSandbox.")] = {}
-    envs: Annotated[_Strings, Meta(description="Environment variables of every command run in the sandbox.")] = {}
+    envs: Annotated[EnvVars, Meta(description="Environment variables of every command run in the sandbox.")] = {}
 
 
 class GetSandbox(ToolArgs):
@@ -86,7 +87,7 @@ class SandboxExecutor(ToolArgs):
 class RunCommand(ToolArgs):
     command: Annotated[str, Meta(min_length=1, description="A bash command line, run with `bash -l -c`.")]
     cwd: Annotated[str, Meta(description="Working directory (default: the template's, /home/user).")] = ""
-    envs: Annotated[_Strings, Meta(description="Extra environment variables for this command.")] = {}
+    envs: Annotated[EnvVars, Meta(description="Extra environment variables for this command.")] = {}
     timeout: (
         Annotated[
             float,
