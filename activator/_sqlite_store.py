@@ -9,6 +9,8 @@ thread and every method hands its work to that thread: the event loop never wait
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection
@@ -179,7 +181,18 @@ class SqliteStore:
             raise ActivatorError(f"the state store failed: {exc}") from exc
 
 
+def _make_private(path: Path) -> None:
+    """The database and its -wal/-shm readable by the server's user only (0600), also when an older server or the
+    CLI made them with the umask's mode: records hold envd and traffic tokens in clear (docs/security.md, "State
+    on disk"). SQLite gives the -wal/-shm files it creates the database's mode, so they follow."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            file.chmod(0o600)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
+    _make_private(path)
     conn = sqlite3.connect(path, isolation_level=None)  # autocommit: every statement is its own transaction
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes, fast commits

@@ -102,6 +102,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
     async with AsyncExitStack() as stack:
         templates = load_templates(settings.templates)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.data_dir.chmod(0o700)  # it holds the state database, the API key and every sandbox's files
         runtime = await _open_runtime(stack, settings, templates)
         store: Store = (
             await KubeStore.open(runtime.api, runtime.settings.namespace)

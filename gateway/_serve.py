@@ -38,6 +38,7 @@ async def _bootstrap_key(settings: ServeSettings, platform: Platform) -> None:
         return
     path = settings.data_dir / "api-key"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # the mode above applies only to a new file
     with os.fdopen(fd, "w") as f:
         f.write(created + "\n")
     print(f"agent-sandbox: created API key {created} (saved to {path}; it is not shown again)", flush=True)
