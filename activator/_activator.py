@@ -402,9 +402,9 @@ class Activator:
         return step
 
     def _refuse_unenforced(self, egress: Egress) -> None:
-        """Rules the runtime cannot enforce are refused (400), never accepted and ignored."""
-        refusal = self._runtime.capabilities().egress_refusal
-        if refusal and egress != Egress():
+        """Rules the runtime cannot enforce (domains, on some) are refused (400), never accepted and ignored."""
+        refusal = self._runtime.capabilities().domain_refusal
+        if refusal and egress.rules.domains:
             raise InvalidRequest(refusal)
 
     def _ttl(self, seconds: float) -> float:

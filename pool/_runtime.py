@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from typing import Literal, Protocol
 
@@ -53,6 +54,19 @@ class EgressRules(msgspec.Struct, frozen=True, kw_only=True):
         """Whether anything outside may be reached at all (False: `allow_internet_access=false` and no allow)."""
         return bool(self.allow_out) or not set(ALL_TRAFFIC) <= set(self.deny_out)
 
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """The entries of `allow_out` that are names rather than IPs or CIDRs."""
+        return tuple(entry for entry in self.allow_out if not _is_network(entry))
+
+
+def _is_network(entry: str) -> bool:
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return True
+
 
 class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a runtime needs to start one sandbox."""
@@ -92,9 +106,9 @@ class RuntimeCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_kind: SnapshotKind  # what a snapshot keeps here
     criu_version: str = ""  # the CRIU that passed the start-up trial; "" when none did
     criu_reason: str = ""  # why snapshots keep files only ("" when CRIU works)
-    # Why `SandboxSpec.egress` / `set_egress` other than `EgressRules()` are refused here ("" when enforced): the
-    # activator answers such a create or update with this, instead of accepting rules nothing enforces.
-    egress_refusal: str = ""
+    # Why `EgressRules.domains` are refused here ("" when enforced): the activator answers a create or update
+    # naming any with this, instead of accepting rules nothing enforces. IPs and CIDRs every runtime enforces.
+    domain_refusal: str = ""
 
 
 class Runtime(Protocol):

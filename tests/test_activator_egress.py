@@ -17,7 +17,8 @@ pytestmark = pytest.mark.anyio
 store, runtime, clock = fakes.store, fakes.runtime, fakes.clock  # the shared fixtures, bound by name for pytest
 
 NO_INTERNET = Egress(deny_out=("0.0.0.0/0",))
-REFUSAL = "this server's kubernetes runtime cannot enforce egress rules yet"
+REFUSAL = "this runtime cannot enforce allowOut domains"
+DOMAIN = Egress(allow_out=("example.com",), deny_out=("0.0.0.0/0",))
 
 
 async def test_create_hands_the_rules_to_the_runtime_and_stores_them(
@@ -76,19 +77,20 @@ async def test_update_network_of_an_unknown_or_foreign_sandbox_is_not_found(
             await acts.update_network(owner, sandbox_id, NO_INTERNET, allow_internet_access=None)
 
 
-async def test_rules_a_runtime_cannot_enforce_are_refused_before_anything_starts(
+async def test_domains_a_runtime_cannot_enforce_are_refused_before_anything_starts(
     store: Store, runtime: FakeRuntime, clock: Clock
 ) -> None:
-    runtime.egress_refusal = REFUSAL
+    runtime.domain_refusal = REFUSAL
     acts = activator(store, runtime, clock)
-    for egress in (NO_INTERNET, Egress(allow_out=("203.0.113.1",))):
+    for egress in (DOMAIN, Egress(allow_out=("203.0.113.1", "*.example.com"), deny_out=("0.0.0.0/0",))):
         with pytest.raises(InvalidRequest, match=REFUSAL):
             await acts.create("alice", request(egress=egress))
     assert runtime.specs == {}
-    record = await acts.create("alice", request(public_traffic=False))  # private ports are the gateway's
+    record = await acts.create("alice", request(egress=Egress(allow_out=("203.0.113.1",), deny_out=("0.0.0.0/0",))))
+    assert runtime.specs[record.id].egress.allow_out == ("203.0.113.1",)  # IPs and CIDRs it enforces
     with pytest.raises(InvalidRequest, match=REFUSAL):
-        await acts.update_network("alice", record.id, NO_INTERNET, allow_internet_access=False)
-    await acts.update_network("alice", record.id, Egress(), allow_internet_access=True)
+        await acts.update_network("alice", record.id, DOMAIN, allow_internet_access=None)
+    await acts.update_network("alice", record.id, NO_INTERNET, allow_internet_access=False)
 
 
 def test_a_record_stored_before_the_network_options_reads_as_public_with_the_internet() -> None:

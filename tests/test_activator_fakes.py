@@ -45,7 +45,7 @@ class FakeRuntime:
         self.keeps_processes = True  # what `snapshot_keeps_processes` answers
         self.restored: dict[str, SnapshotKind] = {}  # what the last restore of each sandbox brought back
         self.egress: dict[str, EgressRules] = {}  # what `set_egress` was told last
-        self.egress_refusal = ""  # what `capabilities` says of egress rules
+        self.domain_refusal = ""  # what `capabilities` says of allowOut domains
 
     async def start(self, spec: SandboxSpec) -> None:
         self._call("start", spec.sandbox_id)
@@ -113,7 +113,7 @@ class FakeRuntime:
         self.egress[sandbox_id] = rules
 
     def capabilities(self) -> RuntimeCapabilities:
-        return RuntimeCapabilities(snapshot_kind=self.kind, egress_refusal=self.egress_refusal)
+        return RuntimeCapabilities(snapshot_kind=self.kind, domain_refusal=self.domain_refusal)
 
     def is_running(self, sandbox_id: str) -> bool:
         return sandbox_id in self.running

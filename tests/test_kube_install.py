@@ -35,8 +35,9 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only
 from e2b import Sandbox
 
 from kube_dev._convention import is_sandbox_image
-from pool import ExecutorInit, KubeSettings, SandboxSpec, load_templates
-from pool._kube._manifest import replica_set
+from pool import EgressRules, ExecutorInit, KubeSettings, SandboxSpec, load_templates
+from pool._kube._egress import PRIVATE_RANGES, egress_policy
+from pool._kube._manifest import ObjectMeta, replica_set
 from pool._kube._pool_manifest import pool_replica_set
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube
@@ -132,6 +133,25 @@ def test_the_runtimes_replica_sets_are_valid_and_run_under_the_default_seccomp_p
             pod = body["spec"]["template"]["spec"]
             assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
             assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("version", schema_versions())
+def test_the_runtimes_egress_policies_are_valid(version: str) -> None:
+    owner = ObjectMeta(name="sandbox-abc", uid="0f1e2d3c")
+    for rules in (
+        EgressRules(deny_out=("0.0.0.0/0", "::/0")),
+        EgressRules(allow_out=("8.8.8.8",), deny_out=("8.0.0.0/8",)),
+    ):
+        assert not problems(egress_policy("abc", rules, owner), version)
+
+
+def test_the_runtime_keeps_private_what_the_install_keeps_private() -> None:
+    """A sandbox with rules of its own leaves agent-sandbox-internet: its policy must cut out the same ranges."""
+    [rule] = _object("NetworkPolicy", "agent-sandbox-internet")["spec"]["egress"]
+    assert {e for peer in rule["to"] for e in peer["ipBlock"]["except"]} == {str(n) for n in PRIVATE_RANGES}
+    shared = _object("NetworkPolicy", "agent-sandbox-sandboxes")["spec"]["egress"]
+    blocks = [peer["ipBlock"]["cidr"] for rule in shared for peer in rule["to"] if "ipBlock" in peer]
+    assert blocks == ["169.254.20.10/32"]  # DNS only: nothing a sandbox's own rules would have to take back
 
 
 def test_a_node_drain_keeps_a_gateway_replica_serving() -> None:
@@ -277,6 +297,7 @@ NEEDED = [  # every verb the gateway's code sends (grep `api.call(` and `api.wat
     *(_rule(v, "", "secrets", name="sandbox-abc-archive-0") for v in ("get", "delete")),
     *(_rule(v, "", "secrets", name="agent-sandbox-keys") for v in ("get", "update")),
     *(_rule(v, "", "secrets", name="agent-sandbox-api-key") for v in ("get", "patch")),
+    *(_rule(v, "networking.k8s.io", "networkpolicies") for v in ("create", "patch", "delete")),  # `_egress`
     _rule("create", "coordination.k8s.io", "leases"),
     *(_rule(v, "coordination.k8s.io", "leases", name="agent-sandbox-leader") for v in ("get", "update")),
 ]
@@ -319,7 +340,8 @@ DENIED_HERE = [
     _rule("create", "rbac.authorization.k8s.io", "roles"),
     _rule("create", "rbac.authorization.k8s.io", "rolebindings"),
     _rule("update", "rbac.authorization.k8s.io", "roles", name="agent-sandbox-gateway"),
-    _rule("create", "networking.k8s.io", "networkpolicies"),
+    _rule("update", "networking.k8s.io", "networkpolicies"),
+    _rule("deletecollection", "networking.k8s.io", "networkpolicies"),
 ]
 
 DENIED_ELSEWHERE = [  # (namespace, rule): other namespaces, all namespaces (""), and cluster-scoped objects
@@ -373,6 +395,7 @@ def test_gateway_token_works_for_real_on_every_kind_it_uses(gateway: httpx.Clien
     sets = f"/apis/apps/v1/namespaces/{installed}/replicasets"
     owner = _exercise_replicasets_and_pods(gateway, installed)
     _exercise_secrets(gateway, ns, owner)
+    _exercise_network_policies(gateway, installed, owner)
     assert gateway.delete(f"{sets}/sandbox-rbac1", params={"propagationPolicy": "Background"}).status_code == 200
 
     pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}}
@@ -462,6 +485,20 @@ def _exercise_secrets(client: httpx.Client, ns: str, owner: dict[str, Any]) -> N
     assert client.post(path, json=chunk).status_code == 201
     assert client.get(f"{path}/sandbox-rbac1-archive-0").json()["data"]["archive"] == _b64("tar.gz")
     assert client.delete(f"{path}/sandbox-rbac1-archive-0").status_code == 200
+
+
+def _exercise_network_policies(client: httpx.Client, namespace: str, owner: dict[str, Any]) -> None:
+    """As `pool._kube._egress`: a sandbox's own policy created, its rules replaced with a patch, deleted."""
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+    meta = ObjectMeta(name=owner["metadata"]["name"], uid=owner["metadata"]["uid"])
+    policy = egress_policy("rbac1", EgressRules(deny_out=("0.0.0.0/0", "::/0")), meta)
+    assert client.post(policies, json=policy).status_code == 201
+    opened = egress_policy("rbac1", EgressRules(), meta)["spec"]
+    patched = client.patch(f"{policies}/sandbox-rbac1-egress", json={"spec": opened}, headers=JSON_PATCH)
+    assert patched.status_code == 200
+    assert len(patched.json()["spec"]["egress"][0]["to"]) == 2  # the lists replaced, not merged
+    assert client.put(f"{policies}/sandbox-rbac1-egress", json=patched.json()).status_code == 403
+    assert client.delete(f"{policies}/sandbox-rbac1-egress").status_code == 200
 
 
 def _b64(text: str) -> str:

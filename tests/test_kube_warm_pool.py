@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from gateway._settings import DEFAULT_TEMPLATES
-from pool import ExecutorInit, SandboxSpec, Template, load_templates
+from pool import ALL_TRAFFIC, EgressRules, ExecutorInit, SandboxSpec, Template, load_templates
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from pool._kube._manifest import Pod, replica_set
 from pool._kube._pool_manifest import is_claimed_warm_pod
@@ -35,6 +35,7 @@ kube_namespace = kube_fixtures.kube_namespace
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 BASE = load_templates(DEFAULT_TEMPLATES)["base"]
+EGRESS_LABEL = "agent-sandbox.dev/egress"
 INIT = ExecutorInit(env_vars={"GREETING": "hello from the claim"}, access_token="claim-token")
 _SERVER = """\
 import http.server, os, sys
@@ -274,6 +275,28 @@ async def test_the_runtime_starts_a_claimed_sandbox_without_bringing_it_up_again
     await run(scenario)
 
 
+async def test_a_claimed_pod_gets_its_rules_before_its_replica_set_exists(run: Run, template: Template) -> None:
+    """As the activator's create: `set_egress` right after the claim labels the pod (out of the shared internet
+    policy), and `start` then creates the sandbox's own policy, owned by the ReplicaSet."""
+    no_internet = EgressRules(deny_out=ALL_TRAFFIC)
+
+    async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
+        sandbox_id, _ = await claim_warm_pod(cluster, warm_pools)
+        runtime = KubernetesRuntime(cluster.api, KubeSettings(namespace=cluster.namespace, sandbox_user="root"))
+        try:
+            await runtime.set_egress(sandbox_id, no_internet)
+            assert (await cluster.sandbox_pod(sandbox_id))["metadata"]["labels"][EGRESS_LABEL] == "own"
+            await runtime.start(SandboxSpec(sandbox_id=sandbox_id, template=template, init=INIT, egress=no_internet))
+            policies = f"/apis/networking.k8s.io/v1/namespaces/{cluster.namespace}/networkpolicies"
+            policy = await cluster.get(f"{policies}/sandbox-{sandbox_id}-egress")
+            assert [o["name"] for o in policy["metadata"]["ownerReferences"]] == [f"sandbox-{sandbox_id}"]
+            await runtime.stop(sandbox_id)
+        finally:
+            await runtime.aclose()  # closes `cluster.api` too, which tolerates a second `aclose`
+
+    await run(scenario)
+
+
 async def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
     run: Run, template: Template, start_log: Path
 ) -> None:
@@ -281,7 +304,7 @@ async def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
 
     async def scenario(cluster: Cluster, warm_pools: Pools) -> None:
         runtime = KubernetesRuntime(cluster.api, KubeSettings(namespace=cluster.namespace, sandbox_user="root"))
-        spec = SandboxSpec(sandbox_id="sleeper", template=template, init=INIT)
+        spec = SandboxSpec(sandbox_id="sleeper", template=template, init=INIT, egress=EgressRules(deny_out=ALL_TRAFFIC))
         try:
             async with warm_pools(1, leader=True) as pools:
                 runtime.set_warm_source(pools.claim_for)
@@ -302,6 +325,7 @@ async def test_a_resume_from_zero_adopts_a_warm_pod_without_starting_it_again(
                     warm["metadata"]["uid"],
                 )
                 assert pod["metadata"]["labels"]["agent-sandbox.dev/claimed-from"] == "base"
+                assert pod["metadata"]["labels"][EGRESS_LABEL] == "own"  # the warm pod had the internet
                 assert [(o["name"], o["controller"]) for o in pod["metadata"]["ownerReferences"]] == [
                     ("sandbox-sleeper", True)
                 ]

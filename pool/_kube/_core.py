@@ -11,6 +11,8 @@ it did not start in this process. A call without it gets the executor's 401 as a
 
 Pause is the executor's own (`POST /agent-sandbox/freeze`): it SIGSTOPs every process of the sandbox but
 itself; memory stays, CPU is zero, the pod stays, and its API still answers (thaw, files, metrics).
+Egress rules other than the default are a NetworkPolicy of the sandbox's own plus a label on its pods
+(`_egress`), put in place at `start` and replaced by `set_egress`.
 `KubernetesRuntime` (`_runtime`) adds snapshots and the recovery after a restart.
 """
 
@@ -33,13 +35,14 @@ from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._archive import ARCHIVE_LIMIT
 from pool._kube._calls import connect, delete
 from pool._kube._census import ProcessCensus, template_only
+from pool._kube._egress import DOMAINS_UNENFORCED, EgressPolicies
 from pool._kube._manifest import ReplicaSet, replica_set
 from pool._kube._metrics import read_metrics
 from pool._kube._pods import PodWatch
 from pool._kube._pool_manifest import MERGE_PATCH, runs_claimed_warm_pod
 from pool._kube._replicasets import ReplicaSetWatch, is_running
-from pool._kube._shapes import replica_set_name
-from pool._runtime import ExecutorInit, SandboxSpec, SandboxStats
+from pool._kube._shapes import EGRESS_LABEL, OWN_EGRESS, replica_set_name
+from pool._runtime import EgressRules, ExecutorInit, SandboxSpec, SandboxStats
 from pool._template_start import Connect, bring_up
 
 __all__ = ["KubeSandboxes", "KubeSettings"]
@@ -89,6 +92,7 @@ class KubeSandboxes:
         self._pods = PodWatch(api, settings.namespace)
         self._sets = ReplicaSetWatch(api, settings.namespace)
         self._census = ProcessCensus(max_age=settings.census_max_age)
+        self._egress = EgressPolicies(api, settings.namespace)
         self._watching = False
         # The executor's access token per sandbox (None: it has none), from start, restore and note_spec; on
         # the event loop only. Never written anywhere: the cluster's objects do not hold secrets of the caller.
@@ -121,13 +125,17 @@ class KubeSandboxes:
             service_account=self._settings.service_account,
         )  # fmt: skip
         try:
-            await self._api.call("POST", self._rs_path, body=body)
+            created: ReplicaSet | None = _replica_set.decode(await self._api.call("POST", self._rs_path, body=body))
         except KubeApiError as exc:
             if exc.status != 409:  # 409: created by an earlier call for the same id, which this one finishes
                 raise
+            created = None
         self.note_spec(spec)
         sandbox_id = spec.sandbox_id
         try:
+            if spec.egress != EgressRules():  # its pod is labelled already: until this, it reaches only DNS
+                owner = created or await self._replica_set(sandbox_id)
+                await self._egress.put(sandbox_id, spec.egress, owner.metadata)
             await self._settle(sandbox_id, is_running, "its ReplicaSet to be seen")
             await self._pods.wait_ready(sandbox_id, self._settings.start_timeout)
             if not runs_claimed_warm_pod(self._pods.of(sandbox_id).values()):  # a warm claim ran start and init
@@ -135,6 +143,28 @@ class KubeSandboxes:
         except BaseException:
             await asyncio.shield(self._discard(sandbox_id))
             raise
+
+    async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
+        """Replace the sandbox's own NetworkPolicy (none for the default rules) and label its pods and its pod
+        template to match, in the order `_egress` explains.
+
+        Right after a warm claim, before `start`, there is no ReplicaSet yet: only the claimed pod is labelled,
+        and `start` creates the policy."""
+        if rules.domains:
+            raise RuntimeFailure(f"{DOMAINS_UNENFORCED} (sandbox {sandbox_id})")
+        await self._watch()
+        own = rules != EgressRules()
+        owner = await self._find(sandbox_id)
+        if owner is None and not own:
+            return  # a warm pod never has the label
+        if owner is not None:
+            if own:
+                await self._egress.put(sandbox_id, rules, owner.metadata)
+            label = {EGRESS_LABEL: OWN_EGRESS if own else None}
+            await self._patch(sandbox_id, {"spec": {"template": {"metadata": {"labels": label}}}})
+        await self._egress.label_pods(sandbox_id, own=own)
+        if owner is not None and not own:
+            await self._egress.delete(sandbox_id)
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         """Delete the ReplicaSet; the garbage collector deletes its pod and archive (`keep_files` is moot)."""
@@ -200,6 +230,13 @@ class KubeSandboxes:
 
     async def _replica_set(self, sandbox_id: str) -> ReplicaSet:
         """The sandbox's ReplicaSet: as watched, or read once (created by another replica a moment ago)."""
+        found = await self._find(sandbox_id)
+        if found is None:
+            raise self._gone(sandbox_id)
+        return found
+
+    async def _find(self, sandbox_id: str) -> ReplicaSet | None:
+        """`_replica_set`, None when there is none (or it is being deleted)."""
         found = self._sets.get(sandbox_id)
         if found is None:
             try:
@@ -207,9 +244,7 @@ class KubeSandboxes:
             except KubeApiError as exc:
                 if exc.status != 404:
                     raise
-        if found is None or found.deleting:
-            raise self._gone(sandbox_id)
-        return found
+        return None if found is None or found.deleting else found
 
     async def _patch(self, sandbox_id: str, patch: dict[str, Any]) -> None:
         """A JSON merge patch of the sandbox's ReplicaSet; SandboxGone when it is gone."""

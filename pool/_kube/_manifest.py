@@ -1,7 +1,8 @@
 """A sandbox as Kubernetes objects: the ReplicaSet the runtime creates, and the fields it reads back.
 
 Labels (selectable; every key is in `_shapes`): `agent-sandbox.dev/role: sandbox`, `agent-sandbox.dev/sandbox-id`,
-`agent-sandbox.dev/template`. Annotations: the caller's (`SandboxSpec.annotations`: owner key, metadata,
+`agent-sandbox.dev/template`, and `agent-sandbox.dev/egress: own` on its pods while it has egress rules of its own
+(its NetworkPolicy's, `_egress`). Annotations: the caller's (`SandboxSpec.annotations`: owner key, metadata,
 lifecycle), and while the sandbox is snapshotted its archive record (`pool._kube._archive`). Secrets never go
 into objects: the access token and the caller's env vars reach the executor through its `POST /init`, not the
 pod spec. Resources: limits are the template's; requests are a quarter of its memory and a tenth of a CPU,
@@ -21,8 +22,16 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from executor.envd import ENVD_PORT
-from pool._kube._shapes import ID_LABEL, ROLE_LABEL, SANDBOX_ROLE, TEMPLATE_LABEL, replica_set_name
-from pool._runtime import SandboxSpec
+from pool._kube._shapes import (
+    EGRESS_LABEL,
+    ID_LABEL,
+    OWN_EGRESS,
+    ROLE_LABEL,
+    SANDBOX_ROLE,
+    TEMPLATE_LABEL,
+    replica_set_name,
+)
+from pool._runtime import EgressRules, SandboxSpec
 
 __all__ = [
     "KubeObject",
@@ -48,6 +57,7 @@ def replica_set(
     mounted either way."""
     template = spec.template
     labels = {ROLE_LABEL: SANDBOX_ROLE, ID_LABEL: spec.sandbox_id, TEMPLATE_LABEL: template.name}
+    own_egress = {EGRESS_LABEL: OWN_EGRESS} if spec.egress != EgressRules() else {}
     resources = template.resources
     container = {
         "name": "executor",
@@ -74,7 +84,7 @@ def replica_set(
             "replicas": 1,
             "selector": {"matchLabels": {ID_LABEL: spec.sandbox_id}},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": {**labels, **own_egress}},
                 "spec": {
                     "containers": [container],
                     "terminationGracePeriodSeconds": _GRACE_SECONDS,

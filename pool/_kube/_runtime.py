@@ -49,6 +49,7 @@ from pool._kube._api import KubeApi
 from pool._kube._archive import CLEARED_RECORD, ArchiveRecord, ArchiveStore
 from pool._kube._connection import in_cluster, load_kubeconfig
 from pool._kube._core import KubeSandboxes, KubeSettings
+from pool._kube._egress import DOMAINS_UNENFORCED
 from pool._kube._manifest import ReplicaSet
 from pool._kube._pool_manifest import runs_claimed_warm_pod
 from pool._kube._replicasets import is_running, is_snapshotted
@@ -62,9 +63,6 @@ _NO_CRIU = (
     "no CRIU on Kubernetes: a snapshot keeps the sandbox's working directory (a tar.gz in Secrets) and starts "
     "its processes again on restore"
 )
-
-# Every pod gets the install's shared egress policy (the internet minus private ranges), whatever was asked.
-_NO_EGRESS_RULES = "this server's kubernetes runtime cannot enforce egress rules yet"
 
 WarmSource = Callable[[str, str], Awaitable[str | None]]
 """`(template, sandbox_id) -> pod name | None`: claims a warm-ready pod of the template for the sandbox."""
@@ -83,12 +81,7 @@ class KubernetesRuntime(KubeSandboxes):
         self._warm_source = claim
 
     def capabilities(self) -> RuntimeCapabilities:
-        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU, egress_refusal=_NO_EGRESS_RULES)
-
-    async def set_egress(self, sandbox_id: str, rules: EgressRules) -> None:
-        """Only the default (the internet, nothing private) is what pods get: anything else is refused."""
-        if rules != EgressRules():
-            raise RuntimeFailure(f"{_NO_EGRESS_RULES} (sandbox {sandbox_id})")
+        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU, domain_refusal=DOMAINS_UNENFORCED)
 
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
         """True when snapshotted, else the process census's last answer (False until it has one)."""
@@ -141,6 +134,7 @@ class KubernetesRuntime(KubeSandboxes):
             await self._scale(sandbox_id, 0)  # a restore cut short: start over in a fresh pod
             await self._delete_pods(sandbox_id)
             await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
+        await self.set_egress(sandbox_id, spec.egress)  # rules updated while it was snapshotted are in `spec`
         try:
             await self._scale(sandbox_id, 1)
             await self._claim_warm(spec)  # after the scale-up: see `_claim_warm`
@@ -194,6 +188,7 @@ class KubernetesRuntime(KubeSandboxes):
         pod = await self._warm_source(spec.template.name, spec.sandbox_id)
         if pod is not None:
             _log.info("sandbox %s: resuming into warm pod %s", spec.sandbox_id, pod)
+            await self._egress.label_pods(spec.sandbox_id, own=spec.egress != EgressRules())
 
     async def _bring_back(self, spec: SandboxSpec, archive: bytes) -> None:
         """/init, the files, the template's start commands (unless a warm pod ran them) and ports, then the

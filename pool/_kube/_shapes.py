@@ -8,6 +8,8 @@ objects, and replicas of different versions read each other's: every key and nam
                                            (a claimed warm pod: + claimed-from)      snapshotted; claimed-at (pod)
     ReplicaSet `pool-<template>`           role=warm, template
       its pods                             role=warm, pool, template                 warming, warm-ready
+    NetworkPolicy `sandbox-<id>-egress`    role=sandbox-egress, sandbox-id           (owned by the ReplicaSet)
+      (its pod, while the policy applies:  + egress=own)
     Secret `sandbox-<id>-archive-<n>`      role=sandbox-archive, sandbox-id          data `archive`: one chunk
     Secret `sandbox-<id>-record`           role=sandbox-record, sandbox-id, owner,   created-at; type `RECORD_TYPE`,
                                            state, template                           data `record`: the record
@@ -33,6 +35,8 @@ __all__ = [
     "CLAIMED_LABEL",
     "CLAIM_DATA",
     "CREATED_ANNOTATION",
+    "EGRESS_LABEL",
+    "EGRESS_ROLE",
     "IDEMPOTENCY_ROLE",
     "IDEMPOTENCY_SELECTOR",
     "IDEMPOTENCY_TYPE",
@@ -43,6 +47,7 @@ __all__ = [
     "METADATA_ANNOTATION",
     "OWNER_ANNOTATION",
     "OWNER_LABEL",
+    "OWN_EGRESS",
     "POOL_LABEL",
     "RECORD_DATA",
     "RECORD_ROLE",
@@ -66,6 +71,7 @@ __all__ = [
     "SecretList",
     "SecretMeta",
     "archive_secret_name",
+    "egress_policy_name",
     "idempotency_secret_name",
     "pool_name",
     "record_secret_name",
@@ -81,11 +87,15 @@ POOL_LABEL = _PREFIX + "pool"  # a warm pod's template, while it is in the pool
 CLAIMED_LABEL = _PREFIX + "claimed-from"
 OWNER_LABEL = _PREFIX + "owner"  # the API key's id, never a key
 STATE_LABEL = _PREFIX + "state"
+# On a sandbox's pod whose egress is its own NetworkPolicy's: install.yaml's shared internet policy skips it.
+EGRESS_LABEL = _PREFIX + "egress"
+OWN_EGRESS = "own"
 
 SANDBOX_ROLE = "sandbox"
 WARM_ROLE = "warm"
 ARCHIVE_ROLE = "sandbox-archive"
 RECORD_ROLE = "sandbox-record"
+EGRESS_ROLE = "sandbox-egress"
 ROLE_SELECTOR = f"{ROLE_LABEL}={SANDBOX_ROLE}"
 WARM_SELECTOR = f"{ROLE_LABEL}={WARM_ROLE}"
 RECORD_SELECTOR = f"{ROLE_LABEL}={RECORD_ROLE}"
@@ -122,6 +132,10 @@ def replica_set_name(sandbox_id: str) -> str:
 
 def pool_name(template: str) -> str:
     return f"pool-{template}"
+
+
+def egress_policy_name(sandbox_id: str) -> str:
+    return f"sandbox-{sandbox_id}-egress"
 
 
 def record_secret_name(sandbox_id: str) -> str:
