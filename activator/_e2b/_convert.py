@@ -51,7 +51,7 @@ def create_request(
         on_timeout = body.lifecycle.on_timeout or on_timeout
         auto_resume = auto_resume if body.lifecycle.auto_resume is None else body.lifecycle.auto_resume
     network = body.network or _wire.NetworkIn()
-    _refuse_unserved(network, iam=body.iam)
+    _refuse_unserved(network, iam=body.iam, volume_mounts=body.volume_mounts)
     secure = default_secure if body.secure is None else body.secure
     public = network.allow_public_traffic is not False
     check_private_ingress(public=public, secure=secure)
@@ -78,15 +78,19 @@ def network_update(body: _wire.NetworkUpdate) -> Egress:
     return egress_in_force(body.allow_out, body.deny_out, allow_internet_access=body.allow_internet_access)
 
 
-def _refuse_unserved(network: _wire.NetworkIn | _wire.NetworkUpdate, *, iam: object = None) -> None:
+def _refuse_unserved(
+    network: _wire.NetworkIn | _wire.NetworkUpdate, *, iam: object = None, volume_mounts: object = None
+) -> None:
     """Options nothing here carries out: per-host header rules and a SOCKS5 hop need an egress proxy that
-    rewrites and tunnels, DNS servers and HTTPS ports a data path that knows them."""
+    rewrites and tunnels, DNS servers and HTTPS ports a data path that knows them; volumes are not served yet
+    (a sandbox started without its mounts would write where nothing is kept)."""
     unserved = {
         "network.rules": network.rules,
         "network.egressProxy": network.egress_proxy,
         "network.dnsServers": network.dns_servers,
         "network.httpsPorts": network.https_ports if isinstance(network, _wire.NetworkIn) else None,
         "iam": iam,
+        "volumeMounts": volume_mounts or None,
     }
     for name, value in unserved.items():
         if value is not None:

@@ -99,6 +99,7 @@ class NewSandbox(_Wire):
     allow_internet_access: bool | None = msgspec.field(default=None, name="allow_internet_access")
     network: NetworkIn | None = None
     iam: Any = None  # workload identity tokens: refused
+    volume_mounts: list[Any] | None = msgspec.field(default=None, name="volumeMounts")  # refused until volumes exist
     secure: bool | None = None
     metadata: dict[str, str] | None = None
     env_vars: EnvVars | None = None
