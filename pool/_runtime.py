@@ -59,6 +59,11 @@ class EgressRules(msgspec.Struct, frozen=True, kw_only=True):
         """The entries of `allow_out` that are names rather than IPs or CIDRs."""
         return tuple(entry for entry in self.allow_out if not _is_network(entry))
 
+    @property
+    def allowed_networks(self) -> tuple[str, ...]:
+        """The entries of `allow_out` that are IPs or CIDRs."""
+        return tuple(entry for entry in self.allow_out if _is_network(entry))
+
 
 def _is_network(entry: str) -> bool:
     try:

@@ -45,9 +45,9 @@ class EgressPolicy:
 
     def __init__(self, rules: EgressRules, *, always_denied: Iterable[str]) -> None:
         self.rules = rules
-        self.domains = tuple(entry for entry in rules.allow_out if not _is_network(entry))
+        self.domains = rules.domains
         self._always = _networks(always_denied)
-        self._allow = _networks(entry for entry in rules.allow_out if _is_network(entry))
+        self._allow = _networks(rules.allowed_networks)
         self._deny = _networks(rules.deny_out)
         self._default_allows = rules.internet and not self._covers_all(self._deny)
 
@@ -130,14 +130,6 @@ def _match(networks: list[IPNetwork], version: int, verdict: str) -> str:
         return ""
     merged = ", ".join(str(n) for n in ipaddress.collapse_addresses(ours))  # type: ignore[type-var]
     return f"\t\t{'ip' if version == 4 else 'ip6'} daddr {{ {merged} }} {verdict}\n"
-
-
-def _is_network(entry: str) -> bool:
-    try:
-        ipaddress.ip_network(entry, strict=False)
-    except ValueError:
-        return False
-    return True
 
 
 def _networks(entries: Iterable[str]) -> list[IPNetwork]:
