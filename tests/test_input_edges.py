@@ -19,26 +19,16 @@ import pytest
 from executor.envd import END_STREAM, ENVELOPE_HEADER, STREAM_TYPE, UNARY_TYPE
 from gateway._routing import MAX_HOST_LENGTH
 from tests.executor_fixtures import Envd, run_executor
-from tests.test_e2b_api_server import ControlPlane, serve_control_plane
+from tests.test_e2b_api_http import client, plane
 from tests.test_gateway_http_proxy import client as gateway_client
 from tests.test_gateway_http_proxy import echo, run, running_gateway, serving
+
+__all__ = ["client", "plane"]  # the control plane and its client of the API tests, reused
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 kB: well under the 1 MiB body limit
 DEEP_FIELD = b'{"templateID": "base", "extra": ' + b"[" * 1_000 + b"]" * 1_000 + b"}"  # in a field nobody reads
 BAD_ENVS: list[dict[str, str]] = [{"A=B": "1"}, {"=A": "1"}, {"": "1"}, {"A\x00B": "1"}, {"A": "x\x00y"}]
 BAD_IDS = ["a" * 65, "a" * 10_000, "ABC123", "abc-123", "abc%00", "%C3%A9t%C3%A9"]
-
-
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with serve_control_plane(tmp_path_factory.mktemp("edges")) as plane:
-        yield plane
-
-
-@pytest.fixture
-def api(plane: ControlPlane) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=plane.url, headers={"X-API-Key": plane.key}) as api:
-        yield api
 
 
 def assert_e2b_error(response: httpx.Response, status: int = 400) -> str:
@@ -56,24 +46,24 @@ def assert_e2b_error(response: httpx.Response, status: int = 400) -> str:
 
 @pytest.mark.parametrize("body", [DEEP, DEEP_FIELD], ids=["deep array", "deep unknown field"])
 @pytest.mark.parametrize("path", ["/v2/sandboxes", "/sandboxes/abc123/timeout", "/v2/sandboxes/abc123/connect"])
-def test_deeply_nested_json_is_a_400(api: httpx.Client, path: str, body: bytes) -> None:
-    message = assert_e2b_error(api.post(path, content=body, headers={"Content-Type": "application/json"}))
+def test_deeply_nested_json_is_a_400(client: httpx.Client, path: str, body: bytes) -> None:
+    message = assert_e2b_error(client.post(path, content=body, headers={"Content-Type": "application/json"}))
     assert "nested too deeply" in message
 
 
-def test_a_body_over_a_mebibyte_is_a_413(api: httpx.Client) -> None:
-    assert_e2b_error(api.post("/v2/sandboxes", content=b"[" * (1 << 20) + b"]" * (1 << 20)), 413)
+def test_a_body_over_a_mebibyte_is_a_413(client: httpx.Client) -> None:
+    assert_e2b_error(client.post("/v2/sandboxes", content=b"[" * (1 << 20) + b"]" * (1 << 20)), 413)
 
 
 @pytest.mark.parametrize("envs", BAD_ENVS)
-def test_create_refuses_env_vars_that_execve_cannot_pass(api: httpx.Client, envs: dict[str, str]) -> None:
-    message = assert_e2b_error(api.post("/v2/sandboxes", json={"templateID": "base", "envVars": envs}))
+def test_create_refuses_env_vars_that_execve_cannot_pass(client: httpx.Client, envs: dict[str, str]) -> None:
+    message = assert_e2b_error(client.post("/v2/sandboxes", json={"templateID": "base", "envVars": envs}))
     assert "envVars" in message
 
 
-def test_create_takes_env_values_with_equals_signs_and_empty_ones(api: httpx.Client) -> None:
+def test_create_takes_env_values_with_equals_signs_and_empty_ones(client: httpx.Client) -> None:
     envs = {"URL": "a=b&c=d", "EMPTY": "", "UNICODE_É": "é"}
-    response = api.post("/v2/sandboxes", json={"templateID": "base", "envVars": envs})
+    response = client.post("/v2/sandboxes", json={"templateID": "base", "envVars": envs})
     assert response.status_code == 201
 
 
@@ -90,14 +80,14 @@ def test_create_takes_env_values_with_equals_signs_and_empty_ones(api: httpx.Cli
     ],
 )
 def test_a_sandbox_id_outside_its_shape_is_a_400(
-    api: httpx.Client, method: str, path: str, kwargs: dict[str, Any], sandbox_id: str
+    client: httpx.Client, method: str, path: str, kwargs: dict[str, Any], sandbox_id: str
 ) -> None:
-    message = assert_e2b_error(api.request(method, path.format(sandbox_id), **kwargs))
+    message = assert_e2b_error(client.request(method, path.format(sandbox_id), **kwargs))
     assert "sandbox_id" in message
 
 
-def test_a_sandbox_id_of_64_characters_is_looked_up(api: httpx.Client) -> None:
-    assert_e2b_error(api.get(f"/sandboxes/{'a' * 64}"), 404)
+def test_a_sandbox_id_of_64_characters_is_looked_up(client: httpx.Client) -> None:
+    assert_e2b_error(client.get(f"/sandboxes/{'a' * 64}"), 404)
 
 
 # envd (an executor of its own: /init changes its defaults)
