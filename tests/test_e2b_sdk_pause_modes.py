@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from e2b import Sandbox, ServiceBusyException
 
+from tests.polling import wait_for
 from tests.runtime_fixtures import sandbox_footprint
 from tests.scale_to_zero_fixtures import criu_or_skip
 from tests.server_fixtures import RunningServer
@@ -20,7 +21,8 @@ def started_with_a_process_and_a_file() -> Sandbox:
     sbx = Sandbox.create(timeout=300)
     sbx.commands.run("sleep 1000", background=True)
     sbx.files.write(KEPT, "written before the pause")
-    assert sleeping(sbx)
+    # `sleep` is a bash -l first: it shows under its own name once the login shell has run its profile and exec'd
+    wait_for(lambda: sleeping(sbx), what="the background sleep to run")
     return sbx
 
 
