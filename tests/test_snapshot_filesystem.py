@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from pool import ExecutorInit, LocalRuntime, RuntimeFailure, SandboxGone, SandboxSpec
+from tests.polling import wait_for_async
 from tests.runtime_fixtures import TEMPLATES, http_get, local_runtime, sandbox_footprint
 from tests.sandbox_exec import run_in_sandbox
 
@@ -77,11 +78,13 @@ async def test_only_a_sandbox_running_nothing_but_its_template_keeps_its_process
         assert rt.capabilities().snapshot_kind == "filesystem"
         finished = await run_in_sandbox(rt, "census", "sleep 0.1", token=_TOKEN)  # ended: loses nothing
         assert finished.exit_code == 0
-        assert rt.snapshot_keeps_processes("census")
+        # A process that ended is reaped by the executor a moment later: the census counts it until then.
+        await wait_for_async(lambda: rt.snapshot_keeps_processes("census"), what="the finished command to be reaped")
         await run_in_sandbox(rt, "census", "(setsid sleep 600 </dev/null >/dev/null 2>&1 &)", token=_TOKEN)
         assert not rt.snapshot_keeps_processes("census")  # a process of the user's would be lost
         await run_in_sandbox(rt, "census", "pkill -x sleep", token=_TOKEN)
-        assert rt.snapshot_keeps_processes("census")
+        # A process that ended is reaped by the executor a moment later: the census counts it until then.
+        await wait_for_async(lambda: rt.snapshot_keeps_processes("census"), what="the killed sleep to be reaped")
         await rt.snapshot("census")
         assert rt.snapshot_keeps_processes("census")  # nothing left to lose
 

@@ -8,6 +8,7 @@ docs' pictures); otherwise to the test's temporary directory.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,8 @@ def test_the_terminal_runs_what_is_typed(
 ) -> None:
     sign_in(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
     page.click('[data-tab="terminal"]')
-    page.wait_for_function("document.querySelector('#terminal-status').textContent.startsWith('Connected')")
+    # A locator, not wait_for_function: polling a string predicate evals it, which the UI's CSP refuses.
+    page.locator("#terminal-status", has_text=re.compile(r"^Connected")).wait_for()  # not "Disconnected"
     rows = page.locator("#terminal .xterm-rows")
     rows.filter(has_text="$").wait_for()  # the prompt
     page.keyboard.type("echo ui-$((6*7)); uname -s\n")
