@@ -19,6 +19,7 @@ __all__ = [
     "PortClosed",
     "RuntimeFailure",
     "SandboxGone",
+    "TemplateBuildFailed",
 ]
 
 
@@ -54,3 +55,12 @@ class SandboxGone(PoolError):
 
 class ImageBuildError(PoolError):
     """Building a template layer failed; the message carries the failing command's output tail."""
+
+
+class TemplateBuildFailed(PoolError):
+    """A template build failed at a layer (`layer`: its index in `Template.layers`) or, `layer` None, while its
+    start and ready commands were tried; the message says what failed with the tail of its output."""
+
+    def __init__(self, message: str, *, layer: int | None) -> None:
+        super().__init__(message)
+        self.layer = layer

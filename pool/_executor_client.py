@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
-from executor.envd import InitRequest, ProcessInfo
+from executor.envd import DataEvent, EndEvent, InitRequest, ProcessInfo
 from pool._envd import EnvdClient, SocketTransport, one_socket, shell_command
 from pool._errors import ExecutorError, ExecutorRefused, RuntimeFailure
 from pool._runtime import ExecutorInit
@@ -24,9 +24,11 @@ __all__ = [
     "list_processes",
     "post_init",
     "read_file",
+    "run_command",
     "start_process",
     "thaw",
     "upload_archive",
+    "write_file",
 ]
 
 _TIMEOUT = 10.0
@@ -55,6 +57,32 @@ async def start_process(sock: socket.socket, command: str, *, tag: str, user: st
     request = shell_command(command, tag=tag)
     async with _calling(sock, f"start {command!r}", token, user=user) as client:
         return await client.start_background(request)
+
+
+async def run_command(
+    sock: socket.socket,
+    command: str,
+    output: Callable[[DataEvent], None],
+    *,
+    user: str,
+    token: str | None,
+    cwd: str | None = None,
+    envs: Mapping[str, str] | None = None,
+    time_limit: float = _TIMEOUT,
+) -> EndEvent:
+    """Run `bash -l -c command` as `user` to its end, each chunk of its output passed to `output`; how it ended.
+
+    The executor kills the process after `time_limit` seconds (RuntimeFailure, as for any refusal).
+    """
+    request = shell_command(command, cwd=cwd, envs=envs)
+    async with _calling(sock, f"run {command[:200]!r}", token, user=user, time_limit=time_limit + _TIMEOUT) as client:
+        return await client.run(request, output, kill_after=time_limit)
+
+
+async def write_file(sock: socket.socket, path: str, data: bytes, *, user: str, token: str | None) -> None:
+    """Write a file (envd's `POST /files`; missing directories are made), owned by `user`."""
+    async with _calling(sock, f"POST /files {path}", token, user=user, time_limit=_ARCHIVE_TIMEOUT) as client:
+        await client.write_file(path, data)
 
 
 async def list_processes(sock: socket.socket, token: str | None) -> list[ProcessInfo]:

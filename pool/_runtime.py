@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable
+from pathlib import Path
 from typing import Literal, Protocol
 
 import msgspec
@@ -12,6 +14,7 @@ from pool._templates import Template
 
 __all__ = [
     "ALL_TRAFFIC",
+    "BuildLog",
     "EgressRules",
     "ExecutorInit",
     "Runtime",
@@ -20,6 +23,7 @@ __all__ = [
     "SandboxStats",
     "SnapshotInfo",
     "SnapshotKind",
+    "TemplateBuilder",
 ]
 
 SnapshotKind = Literal["criu", "filesystem"]
@@ -114,6 +118,22 @@ class RuntimeCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     # Why `EgressRules.domains` are refused here ("" when enforced): the activator answers a create or update
     # naming any with this, instead of accepting rules nothing enforces. IPs and CIDRs every runtime enforces.
     domain_refusal: str = ""
+
+
+BuildLog = Callable[[int | None, str, str], None]
+"""Where a template build reports: (index of the layer in `Template.layers`, or None for the build as a whole;
+level: "debug" | "info" | "warn" | "error"; one line of text)."""
+
+
+class TemplateBuilder(Protocol):
+    """Builds templates on a runtime that can (the local one): every missing layer, then a trial start."""
+
+    async def build_template(
+        self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
+    ) -> None:
+        """Build `template`'s missing layers, each sandboxed one in a build sandbox of its own with egress, then
+        start it once to see its start and ready commands succeed. `files(hash)` is the archive a `CopyLayer`
+        names; `within` bounds the whole build in seconds. TemplateBuildFailed names the layer that failed."""
 
 
 class Runtime(Protocol):

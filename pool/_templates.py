@@ -10,22 +10,29 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
 __all__ = [
+    "SANDBOXED_LAYERS",
     "AptLayer",
+    "CopyLayer",
     "DebootstrapLayer",
     "Layer",
+    "NpmLayer",
     "PipLayer",
     "Resources",
+    "RunLayer",
     "Template",
     "TemplateError",
+    "UserName",
     "load_templates",
 ]
 
 TemplateName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+# What `useradd` accepts on Debian (NAME_REGEX), minus the trailing `$` of machine accounts.
+UserName = Annotated[str, msgspec.Meta(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 
 
 class TemplateError(Exception):
@@ -61,7 +68,48 @@ class PipLayer(_LayerConfig, kw_only=True, tag="pip"):
     packages: list[str]
 
 
-Layer = DebootstrapLayer | AptLayer | PipLayer
+class RunLayer(_LayerConfig, kw_only=True, tag="run"):
+    """A shell script run by bash in a build sandbox as `user` in `workdir` with `env`: the layer is what it changed.
+
+    Unlike the layers above, it never runs on the host: it gets a sandbox's isolation, limits and egress.
+    `rebuild` is part of the layer's identity only, so a new value (a build's id) forces it to be built again.
+    """
+
+    script: str
+    user: UserName = "root"
+    workdir: str = "/"
+    env: dict[str, str] = {}
+    rebuild: str = ""
+
+
+class NpmLayer(_LayerConfig, kw_only=True, tag="npm"):
+    """Node packages installed with the sandbox's npm in a build sandbox (globally by default)."""
+
+    packages: list[str]
+    global_: bool = msgspec.field(default=True, name="global")
+    rebuild: str = ""
+
+
+class CopyLayer(_LayerConfig, kw_only=True, tag="copy"):
+    """Files from an uploaded archive (`files`: its content hash) copied into the root in a build sandbox.
+
+    `source` is a path or glob inside the archive, `dest` where it goes (Docker's COPY rules: a directory's
+    contents are copied into `dest`; a file lands in `dest` when it ends with `/` or is a directory); `user`
+    owns what was copied ("" keeps root) and `mode` (octal, "" keeps the archive's) is applied to it.
+    """
+
+    files: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+    source: str
+    dest: str
+    user: str = ""
+    mode: Annotated[str, msgspec.Meta(pattern=r"^([0-7]{3,4})?$")] = ""
+    workdir: str = "/"
+    rebuild: str = ""
+
+
+Layer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer
+# The kinds built inside a build sandbox; the others are the operator's own and run as root in a host chroot.
+SANDBOXED_LAYERS = (RunLayer, NpmLayer, CopyLayer)
 
 
 class Resources(_Config, kw_only=True):
@@ -81,8 +129,9 @@ class _TemplateFile(_Config, kw_only=True):
     env: dict[str, str] | None = None
     start: list[str] | None = None
     ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
-    user: Literal["user", "root"] | None = None
+    user: UserName | None = None
     workdir: str | None = None
+    ready: str | None = None
     resources: Resources | None = None
     warm: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     pause_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
@@ -99,7 +148,7 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str]
     start: tuple[str, ...]
     ports: tuple[int, ...]
-    user: Literal["user", "root"]
+    user: str
     workdir: str
     resources: Resources
     warm: int
@@ -108,6 +157,8 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     # kubernetes: the container image its pods run (the layers built in, the executor its entrypoint); ""
     # means the runtime's `<image prefix><name>`. Not inherited: a child template's layers make another image.
     image: str = ""
+    # A shell command that exits 0 once the start commands are ready (E2B's readyCmd): a start waits for it.
+    ready: str = ""
 
 
 _DEFAULT = Template(
@@ -156,6 +207,7 @@ def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] =
         pause_after=own.pause_after if own.pause_after is not None else base.pause_after,
         snapshot_after=own.snapshot_after if own.snapshot_after is not None else base.snapshot_after,
         image=own.image or "",
+        ready=own.ready if own.ready is not None else base.ready,
     )
 
 

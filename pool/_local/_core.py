@@ -25,7 +25,7 @@ from pool._local._criu import DEFAULT_CRIU_DIR
 from pool._local._egress import Egress, EgressSettings
 from pool._local._egress_policy import DNS_ADDRESS
 from pool._local._images import ImageStore
-from pool._local._launcher import ROOT_MOUNTPOINT, launch
+from pool._local._launcher import EXECUTOR_LOG, ROOT_MOUNTPOINT, launch
 from pool._local._netns import NetnsSocketFactory
 from pool._local._orphans import reap_orphans
 from pool._local._sandbox import Sandbox, load_sandbox, tree_size
@@ -203,6 +203,17 @@ class LocalSandboxes:
         if not keep_files:
             shutil.rmtree(box.directory, ignore_errors=True)
             self._slots.release(box.slot)
+
+    def take_writable_layer(self, sandbox_id: str) -> tuple[Path, int]:
+        """The writable layer of a sandbox stopped with `keep_files=True`, cleared of what this machine put in it
+        (its DNS address, CAs, the executor's log), and the host id its root had (blocking, small)."""
+        box = load_sandbox(self._root / sandbox_id, self._cgroups)
+        if box is None or sandbox_id in self._sandboxes:
+            raise RuntimeFailure(f"sandbox {sandbox_id} has no stopped writable layer")
+        upper = box.directory / "upper"
+        self._files.take_back(upper, box.layers())
+        (upper / EXECUTOR_LOG.lstrip("/")).unlink(missing_ok=True)
+        return upper, host_id_base(box.slot)
 
     def _running(self, sandbox_id: str) -> Sandbox:
         box = self._sandboxes.get(sandbox_id)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -25,9 +27,10 @@ import msgspec
 
 from pool._errors import ImageBuildError
 from pool._local._layer_steps import EXECUTOR_DEPENDENCIES, build_debootstrap, install_executor, run_in_overlay
-from pool._templates import AptLayer, DebootstrapLayer, Layer, PipLayer, Template
+from pool._local._userns import IDS_PER_SANDBOX
+from pool._templates import SANDBOXED_LAYERS, AptLayer, DebootstrapLayer, Layer, PipLayer, Template
 
-__all__ = ["ImageStore"]
+__all__ = ["ImageStore", "shift_ids"]
 
 _BUILDER_VERSION = b"1"
 Log = Callable[[str], None]
@@ -46,7 +49,7 @@ class ImageStore:
 
         Raises `ImageBuildError` when a layer is not built yet.
         """
-        dirs = [self._layers / key for key, _ in self._plan(template)]
+        dirs = [self._layers / key for key, _ in self.plan(template)]
         missing = [d.name for d in dirs if not d.is_dir()]
         if missing:
             raise ImageBuildError(
@@ -56,22 +59,9 @@ class ImageStore:
         return dirs[::-1]
 
     def is_built(self, template: Template) -> bool:
-        return all((self._layers / key).is_dir() for key, _ in self._plan(template))
+        return all((self._layers / key).is_dir() for key, _ in self.plan(template))
 
-    def build(self, template: Template, log: Log = print) -> list[Path]:
-        """Build whatever layers of `template` are missing (blocking; minutes for a fresh base)."""
-        self._layers.mkdir(parents=True, exist_ok=True)
-        with self._locked():
-            built: list[Path] = []
-            for key, layer in self._plan(template):
-                target = self._layers / key
-                if not target.is_dir():
-                    log(f"building layer {key} for template {template.name!r}: {_describe(layer)}")
-                    self._build_one(layer, target, built)
-                built.append(target)
-        return built[::-1]
-
-    def _plan(self, template: Template) -> list[tuple[str, Layer | None]]:
+    def plan(self, template: Template) -> list[tuple[str, Layer | None]]:
         """(key, definition) bottom-up; `None` stands for the executor layer on top."""
         plan: list[tuple[str, Layer | None]] = []
         digest = hashlib.sha256(_BUILDER_VERSION)
@@ -82,6 +72,51 @@ class ImageStore:
         executor_key = hashlib.sha256(base_key.encode() + self._executor_hash).hexdigest()[:16]
         plan.append((f"executor-{executor_key}", None))
         return plan
+
+    def has(self, key: str) -> bool:
+        return (self._layers / key).is_dir()
+
+    def build(self, template: Template, log: Log = print) -> list[Path]:
+        """Build whatever layers of `template` are missing (blocking; minutes for a fresh base).
+
+        Only the host-built kinds: a missing sandboxed layer (`SANDBOXED_LAYERS`) is an ImageBuildError here;
+        the runtime's template builder (`pool._local._template_builder`) makes those.
+        """
+        self._layers.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            built: list[Path] = []
+            for key, layer in self.plan(template):
+                target = self._layers / key
+                if not target.is_dir():
+                    if isinstance(layer, SANDBOXED_LAYERS):
+                        raise ImageBuildError(f"layer {key} of template {template.name!r} is built in a sandbox")
+                    log(f"building layer {key} for template {template.name!r}: {_describe(layer)}")
+                    self._build_one(layer, target, built)
+                built.append(target)
+        return built[::-1]
+
+    def commit(self, key: str, upper: Path, id_base: int) -> Path:
+        """Make a build sandbox's writable layer (owned by the ids from `id_base` on) the layer `key`.
+
+        Ids are shifted back to the canonical range (each sandbox maps its layers to its own), then the
+        directory is moved into place in one rename; a layer another build committed meanwhile wins.
+        """
+        self._layers.mkdir(parents=True, exist_ok=True)
+        target = self._layers / key
+        work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=self._layers))
+        try:
+            staged = work / "layer"
+            if upper.stat().st_dev == self._layers.stat().st_dev:
+                upper.rename(staged)
+            else:
+                subprocess.run(["cp", "-a", "--", str(upper), str(staged)], check=True, capture_output=True)
+            shift_ids(staged, id_base)
+            with self._locked():
+                if not target.is_dir():
+                    staged.rename(target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return target
 
     def _build_one(self, layer: Layer | None, target: Path, below: list[Path]) -> None:
         work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self._layers))
@@ -96,6 +131,8 @@ class ImageStore:
                     run_in_overlay(below[::-1], upper, work, _pip_script(venv, packages))
                 case None:
                     install_executor(self._executor_source, below[0], upper, work)
+                case _:
+                    raise ImageBuildError(f"layer {target.name} is built in a sandbox, not on the host")
             upper.rename(target)
         except subprocess.CalledProcessError as exc:
             raise ImageBuildError(f"building {target.name} failed: {exc.stderr or exc.stdout or exc}") from exc
@@ -139,6 +176,8 @@ def _describe(layer: Layer | None) -> str:
             return f"{_kind(layer)} {' '.join(packages)}"
         case None:
             return "the executor"
+        case _:
+            return _kind(layer)
 
 
 def _tree_hash(root: Path, pattern: str) -> bytes:
@@ -146,3 +185,20 @@ def _tree_hash(root: Path, pattern: str) -> bytes:
     for path in sorted(root.rglob(pattern)):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest().encode()
+
+
+def shift_ids(root: Path, base: int) -> None:
+    """Give every entry under `root` owned by ids `base`.. the same ids counted from 0 (blocking; a walk that
+    follows no symlink)."""
+    top = base + IDS_PER_SANDBOX
+    paths = [str(root)]
+    for directory, dirs, files in os.walk(root):
+        paths.extend(os.path.join(directory, name) for name in (*dirs, *files))
+    for path in paths:
+        st = os.lstat(path)
+        uid = st.st_uid - base if base <= st.st_uid < top else st.st_uid
+        gid = st.st_gid - base if base <= st.st_gid < top else st.st_gid
+        if (uid, gid) != (st.st_uid, st.st_gid):
+            os.lchown(path, uid, gid)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
+                os.chmod(path, stat.S_IMODE(st.st_mode))  # chown clears setuid and setgid bits: give them back

@@ -15,6 +15,7 @@ import functools
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -26,8 +27,10 @@ from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
 from pool._local._sandbox import Sandbox, load_sandbox
 from pool._local._snapshots import CriuSupport, drop_image, settle, snapshot_bytes
-from pool._runtime import EgressRules, RuntimeCapabilities, SandboxSpec, SnapshotInfo, SnapshotKind
+from pool._local._template_builder import LocalTemplateBuilder
+from pool._runtime import BuildLog, EgressRules, RuntimeCapabilities, SandboxSpec, SnapshotInfo, SnapshotKind
 from pool._template_start import wait_for_ports
+from pool._templates import Template
 
 __all__ = ["LocalRuntime", "LocalRuntimeSettings"]
 
@@ -40,6 +43,13 @@ class LocalRuntime(LocalSandboxes):
     def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
         super().__init__(settings, parent_cgroup=parent_cgroup)
         self._criu = CriuSupport(settings.criu_dir)  # the trial runs in a thread meanwhile
+        self._builder = LocalTemplateBuilder(self)
+
+    async def build_template(
+        self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
+    ) -> None:
+        """`pool.TemplateBuilder`: layers built here, the sandboxed ones in build sandboxes (`_template_builder`)."""
+        await self._builder.build_template(template, log, files=files, within=within)
 
     def capabilities(self) -> RuntimeCapabilities:
         """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""

@@ -14,6 +14,7 @@ millisecond per start, and change no template layer (those are content-hashed an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -23,6 +24,7 @@ _BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 _PROFILE = """# Written by agent-sandbox: tools that carry their own CA list use the system's, which has the host's CAs.
 export SSL_CERT_FILE=/{bundle} REQUESTS_CA_BUNDLE=/{bundle} PIP_CERT=/{bundle} NODE_EXTRA_CA_CERTS=/{bundle}
 """
+_PYTHON_LINK = "usr/local/bin/python"
 _PIP_CONF = "[global]\nbreak-system-packages = true\ncert = /{bundle}\n"
 
 
@@ -37,6 +39,28 @@ class SandboxFiles:
 
     def write(self, upper: Path, owner: int, layers: list[Path]) -> None:
         """Populate `upper` (blocking, small) for a sandbox over `layers` (top first)."""
+        for relative, content in self._contents(layers).items():
+            _write(upper, relative, content, owner)
+        if _needs_python_link(layers):
+            _directories(upper, "usr/local/bin", owner)
+            link = upper / _PYTHON_LINK
+            if not link.is_symlink():
+                link.symlink_to("/usr/bin/python3")
+                os.lchown(link, owner, owner)
+
+    def take_back(self, upper: Path, layers: list[Path]) -> None:
+        """Remove from `upper` what `write` put there and the sandbox left as it was: a build sandbox's writable
+        layer becomes a template layer, which must not carry this machine's DNS address or CAs."""
+        for relative, content in self._contents(layers).items():
+            path = upper / relative
+            with contextlib.suppress(OSError):
+                if not path.is_symlink() and path.read_bytes() == content:
+                    path.unlink()
+        link = upper / _PYTHON_LINK
+        if _needs_python_link(layers) and link.is_symlink() and os.readlink(link) == "/usr/bin/python3":
+            link.unlink()
+
+    def _contents(self, layers: list[Path]) -> dict[str, bytes]:
         files: dict[str, bytes] = {
             "etc/resolv.conf": f"nameserver {self._dns}\noptions edns0 trust-ad\n".encode(),
             "etc/pip.conf": _PIP_CONF.format(bundle=_BUNDLE).encode(),
@@ -46,14 +70,7 @@ class SandboxFiles:
             files["etc/profile.d/agent-sandbox-ca.sh"] = _PROFILE.format(bundle=_BUNDLE).encode()
             for name, pem in self._extra:
                 files[f"usr/local/share/ca-certificates/{name}"] = pem
-        for relative, content in files.items():
-            _write(upper, relative, content, owner)
-        if _first(layers, "usr/bin/python3") and not _first(layers, "usr/bin/python"):
-            _directories(upper, "usr/local/bin", owner)
-            link = upper / "usr/local/bin/python"
-            if not link.is_symlink():
-                link.symlink_to("/usr/bin/python3")
-                os.lchown(link, owner, owner)
+        return files
 
     def _bundle(self, layers: list[Path]) -> bytes:
         found = _first(layers, _BUNDLE)
@@ -62,6 +79,10 @@ class SandboxFiles:
         if found not in self._bundles:
             self._bundles[found] = found.read_bytes()
         return self._bundles[found]
+
+
+def _needs_python_link(layers: list[Path]) -> bool:
+    return _first(layers, "usr/bin/python3") is not None and _first(layers, "usr/bin/python") is None
 
 
 def _read_certs(source: Path | None) -> list[tuple[str, bytes]]:

@@ -1,0 +1,209 @@
+"""Template builds on this machine: each missing layer built in turn, the sandboxed kinds in build sandboxes.
+
+A `run`, `npm` or `copy` layer is built in a sandbox of its own over the layers below it: the same bubblewrap,
+user namespace, seccomp filter and cgroup limits as any sandbox, and E2B's default egress (package registries
+reachable, nothing private). Its command runs as the layer's user through the executor; when it exits 0 the
+sandbox is stopped and its writable layer, ids shifted back and this machine's files taken out, becomes the
+layer (`ImageStore.commit`). Host-built kinds (debootstrap, apt, pip of the operator's own templates) are built
+by the `ImageStore` as before. A layer already in the cache is reused, so a rebuild with one changed step
+rebuilds from that step on. Last, the finished template is started once: its start commands must run and its
+ready command succeed, as every sandbox created from it will need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import shlex
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from executor.envd import ENVD_PORT, DataEvent
+from pool._errors import ImageBuildError, PoolError, RuntimeFailure, TemplateBuildFailed
+from pool._executor_client import run_command, write_file
+from pool._local._core import LocalSandboxes
+from pool._local._layer_steps import EXECUTOR_HOME
+from pool._runtime import BuildLog, EgressRules, ExecutorInit, SandboxSpec
+from pool._templates import CopyLayer, Layer, NpmLayer, RunLayer, Template
+
+__all__ = ["LocalTemplateBuilder"]
+
+_ARCHIVE = "/tmp/.agent-sandbox-copy.tar"
+_CLEANUP = "rm -rf /tmp/* /tmp/.[!.]* /root/.cache /root/.npm/_cacache /var/cache/apt/*.bin; true"
+_OUTPUT_TAIL = 2000  # characters of a failed step's output in the error
+
+
+class LocalTemplateBuilder:
+    """Implements `pool.TemplateBuilder` with the local runtime's sandboxes and image cache."""
+
+    def __init__(self, sandboxes: LocalSandboxes) -> None:
+        self._sandboxes = sandboxes
+
+    async def build_template(
+        self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
+    ) -> None:
+        images = self._sandboxes.images
+        deadline = time.monotonic() + within
+        plan = images.plan(template)
+        for index, (key, layer) in enumerate(plan[:-1]):
+            if images.has(key):
+                log(index, "info", f"CACHED {_describe(layer)} (layer {key})")
+                continue
+            started = time.monotonic()
+            if not isinstance(layer, RunLayer | NpmLayer | CopyLayer):
+                await self._host_layers(template, index + 1, log)
+            elif index == 0:
+                raise TemplateBuildFailed(f"{_describe(layer)} has no base layer below it", layer=index)
+            else:
+                await self._host_layers(template, index, log)  # its executor layer, the first time
+                await self._in_sandbox(template, index, key, layer, log, files, deadline)
+            log(index, "info", f"built layer {key} in {time.monotonic() - started:.1f} s")
+        await self._host_layers(template, len(template.layers), log)
+        await self._trial_start(template, log, deadline)
+
+    async def _host_layers(self, template: Template, count: int, log: BuildLog) -> None:
+        """Build the `count` lowest layers and the executor layer over them (all but the host-built ones are)."""
+        below = msgspec.structs.replace(template, layers=template.layers[:count])
+        try:
+            await asyncio.to_thread(self._sandboxes.images.build, below, lambda line: log(count - 1, "info", line))
+        except ImageBuildError as exc:
+            raise TemplateBuildFailed(str(exc), layer=count - 1) from exc
+
+    async def _in_sandbox(
+        self,
+        template: Template,
+        index: int,
+        key: str,
+        layer: RunLayer | NpmLayer | CopyLayer,
+        log: BuildLog,
+        files: Callable[[str], Path],
+        deadline: float,
+    ) -> None:
+        below = _build_sandbox_template(template, index)
+        sandbox_id = f"build{uuid.uuid4().hex[:16]}"
+        token = uuid.uuid4().hex
+        spec = SandboxSpec(sandbox_id=sandbox_id, template=below, init=ExecutorInit(access_token=token))
+        sandboxes = self._sandboxes
+        try:
+            await sandboxes.start(msgspec.structs.replace(spec, egress=EgressRules()))
+            connect = functools.partial(sandboxes.open_socket, sandbox_id, ENVD_PORT)
+            if isinstance(layer, CopyLayer):
+                try:
+                    archive = await asyncio.to_thread(files(layer.files).read_bytes)
+                except (OSError, KeyError) as exc:
+                    raise TemplateBuildFailed(f"{_describe(layer)}: its files were not uploaded", layer=index) from exc
+                await write_file(await connect(), _ARCHIVE, archive, user="root", token=token)
+            script, user, workdir, env = _command(layer)
+            output = _Output(lambda line: log(index, "info", line))
+            try:
+                end = await run_command(
+                    await connect(), script, output, user=user, token=token, cwd=workdir, envs=env,
+                    time_limit=max(deadline - time.monotonic(), 1.0),
+                )  # fmt: skip
+            except RuntimeFailure as exc:
+                raise TemplateBuildFailed(f"{_describe(layer)}: {exc}", layer=index) from exc
+            output.flush()
+            if not end.exited or end.exit_code != 0:
+                status = f"exit status {end.exit_code}" if end.exited else end.status or "killed"
+                raise TemplateBuildFailed(f"{_describe(layer)} failed ({status}): {output.tail()}", layer=index)
+            await run_command(await connect(), _CLEANUP, _ignore, user="root", token=token)
+            await sandboxes.stop(sandbox_id, keep_files=True)
+            upper, id_base = await asyncio.to_thread(sandboxes.take_writable_layer, sandbox_id)
+            await asyncio.to_thread(sandboxes.images.commit, key, upper, id_base)
+        except PoolError as exc:
+            if isinstance(exc, TemplateBuildFailed):
+                raise
+            raise TemplateBuildFailed(f"{_describe(layer)}: the build sandbox failed: {exc}", layer=index) from exc
+        finally:
+            await sandboxes.stop(sandbox_id)
+
+    async def _trial_start(self, template: Template, log: BuildLog, deadline: float) -> None:
+        """Start the template as a sandbox would be, so its start and ready commands are known to work."""
+        if not template.start and not template.ready:
+            return
+        sandbox_id = f"build{uuid.uuid4().hex[:16]}"
+        init = ExecutorInit(
+            env_vars=dict(template.env), access_token=uuid.uuid4().hex, default_user=template.user,
+            default_workdir=template.workdir,
+        )  # fmt: skip
+        log(
+            None, "info", f"starting {' && '.join(template.start) or 'nothing'}; ready when {template.ready!r} succeeds"
+        )
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 1.0)):
+                await self._sandboxes.start(SandboxSpec(sandbox_id=sandbox_id, template=template, init=init))
+        except (PoolError, TimeoutError) as exc:
+            raise TemplateBuildFailed(f"the start or ready command failed: {exc}", layer=None) from exc
+        finally:
+            await self._sandboxes.stop(sandbox_id)
+        log(None, "info", f"ready after {time.monotonic() - started:.1f} s")
+
+
+def _build_sandbox_template(template: Template, index: int) -> Template:
+    """The template a build sandbox for layer `index` runs: the layers below, nothing started, the build's limits."""
+    return msgspec.structs.replace(
+        template, name=f"{template.name} (build)", layers=template.layers[:index], start=(), ports=(), ready="",
+        env={}, user="root", workdir="/", warm=0,
+    )  # fmt: skip
+
+
+def _command(layer: RunLayer | NpmLayer | CopyLayer) -> tuple[str, str, str, dict[str, str]]:
+    """(script, user, working directory, environment) of a sandboxed layer's build command."""
+    match layer:
+        case RunLayer(script=script, user=user, workdir=workdir, env=env):
+            return script, user, workdir, env
+        case NpmLayer(packages=packages, global_=global_):
+            names = " ".join(shlex.quote(p) for p in packages)
+            return f"npm install {'-g ' if global_ else ''}--no-fund --no-audit {names}", "root", "/", {}
+        case CopyLayer():
+            argv = [_ARCHIVE, layer.source, layer.dest, layer.user, layer.mode, layer.workdir]
+            copy = shlex.join(["python3", "-I", f"{EXECUTOR_HOME}/executor/template_copy.py", *argv])
+            return f"{copy} && rm -f {_ARCHIVE}", "root", "/", {}
+
+
+def _describe(layer: Layer | None) -> str:
+    match layer:
+        case RunLayer(script=script, user=user):
+            return f"RUN {script[:300]!r} as {user}"
+        case NpmLayer(packages=packages):
+            return f"npm install {' '.join(packages)}"
+        case CopyLayer(source=source, dest=dest):
+            return f"COPY {source} {dest}"
+        case None:
+            return "the executor layer"
+        case _:
+            return f"{type(layer).__name__.removesuffix('Layer').lower()} layer"
+
+
+def _ignore(_: DataEvent) -> None:
+    pass
+
+
+class _Output:
+    """A step's output, logged line by line as it comes and kept (its tail) for the error when it fails."""
+
+    def __init__(self, line: Callable[[str], None]) -> None:
+        self._line = line
+        self._partial = b""
+        self._kept = bytearray()
+
+    def __call__(self, data: DataEvent) -> None:
+        chunk = data.stdout or data.stderr or data.pty or b""
+        self._kept.extend(chunk)
+        del self._kept[: max(len(self._kept) - 4 * _OUTPUT_TAIL, 0)]
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            self._line(line.decode(errors="replace").rstrip("\r"))
+
+    def flush(self) -> None:
+        if self._partial:
+            self._line(self._partial.decode(errors="replace"))
+            self._partial = b""
+
+    def tail(self) -> str:
+        return self._kept.decode(errors="replace").strip()[-_OUTPUT_TAIL:] or "no output"
