@@ -22,6 +22,7 @@ from tests.runtime_fixtures import IMAGE_CACHE, TEMPLATES, http_get, local_runti
 pytestmark = pytest.mark.anyio
 
 HASH = "ab" * 32
+NO_FILES: dict[str, Path] = {}
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ async def test_run_and_copy_layers_are_built_in_sandboxes_cached_and_seen_by_san
 
         again: list[str] = []
         log_again = lambda _layer, _level, line: again.append(line)  # noqa: E731
-        await runtime.build_template(template, log_again, files={}.__getitem__, within=600)
+        await runtime.build_template(template, log_again, files=NO_FILES.__getitem__, within=600)
         assert sum(line.startswith("CACHED") for line in again) == len(template.layers)
 
         await runtime.start(spec("frombuild1", template))
@@ -115,7 +116,7 @@ async def test_run_and_copy_layers_are_built_in_sandboxes_cached_and_seen_by_san
 async def test_a_failing_step_names_its_layer_with_its_output(runtime: LocalRuntime) -> None:
     template = _template([RunLayer(script="echo about to fail >&2; exit 3", rebuild=uuid.uuid4().hex)])
     with pytest.raises(TemplateBuildFailed) as failure:
-        await runtime.build_template(template, lambda *_: None, files={}.__getitem__, within=600)
+        await runtime.build_template(template, lambda *_: None, files=NO_FILES.__getitem__, within=600)
     assert failure.value.layer == len(TEMPLATES["base"].layers)
     assert "exit status 3" in str(failure.value)
     assert "about to fail" in str(failure.value)
@@ -127,7 +128,7 @@ async def test_a_ready_command_that_never_succeeds_fails_the_build_at_its_finish
     template = _template([], ready="false")
     with pytest.raises(TemplateBuildFailed) as failure:
         await asyncio.wait_for(
-            runtime.build_template(template, lambda *_: None, files={}.__getitem__, within=3), timeout=60
+            runtime.build_template(template, lambda *_: None, files=NO_FILES.__getitem__, within=3), timeout=60
         )
     assert failure.value.layer is None
     assert runtime.sandbox_ids() == []
