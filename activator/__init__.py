@@ -3,7 +3,7 @@
 Other packages import only the names listed here.
 """
 
-from activator._activator import Activator, Page
+from activator._activator import Activator, Page, TemplateBuildSource
 from activator._catalog import TemplateCatalog, TemplateNotFound
 from activator._coordination import Coordinator, SoloCoordinator
 from activator._e2b import ACTIVATOR, API_KEYS, MAX_BODY_BYTES, e2b_error_response, e2b_router
@@ -42,6 +42,7 @@ from activator._settings import ActivatorSettings
 from activator._sqlite_store import SqliteStore
 from activator._store import Store
 from activator._telemetry import Histogram, HoldResult, Telemetry
+from activator._template_files import TemplateFiles
 
 __all__ = [
     "ACTIVATOR",
@@ -90,7 +91,9 @@ __all__ = [
     "SqliteStore",
     "Store",
     "Telemetry",
+    "TemplateBuildSource",
     "TemplateCatalog",
+    "TemplateFiles",
     "TemplateNotFound",
     "e2b_error_response",
     "e2b_router",

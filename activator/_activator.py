@@ -46,10 +46,13 @@ from activator._records import (
 from activator._settings import ActivatorSettings
 from activator._store import Store, decode_cursor, encode_cursor
 from activator._telemetry import Telemetry
+from activator._template_builds import TemplateBuilds
+from activator._template_files import TemplateFiles
+from activator._template_records import TemplateLedger
 from activator._transitions import Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
-from pool import ExecutorInit, Runtime, SandboxStats, Template
+from pool import ExecutorInit, Runtime, SandboxStats, Template, TemplateBuilder
 
-__all__ = ["Activator", "Page"]
+__all__ = ["Activator", "Page", "TemplateBuildSource"]
 
 _log = logging.getLogger("activator")
 _LISTED = (SandboxState.RUNNING, SandboxState.PAUSED)
@@ -65,6 +68,14 @@ class WarmClaims(Protocol):
     """Warm pools as the activator uses them (`pool.WarmPools` on this machine, `pool.KubeWarmPools` on a cluster)."""
 
     async def claim(self, template: str, init: ExecutorInit) -> str | None: ...
+
+
+class TemplateBuildSource(NamedTuple):
+    """What template builds need: where they persist, what builds them, where uploads go (any None: no builds)."""
+
+    ledger: TemplateLedger | None = None
+    builder: TemplateBuilder | None = None
+    files: TemplateFiles | None = None
 
 
 class Page(NamedTuple):
@@ -89,13 +100,19 @@ class Activator:
         health_details: Callable[[], Mapping[str, object]] | None = None,
         warm: WarmClaims | None = None,
         coordinator: Coordinator | None = None,
+        builds: TemplateBuildSource | None = None,
     ) -> None:
         """`on_halt(sandbox_id)` drops the gateway's idle connections into a sandbox (e.g. its `pool.drop`): called
         before a sandbox is frozen, snapshotted or killed, and when an idle sandbox's connections are all idle.
         `health_details()` adds the runtime's facts (e.g. CRIU) to `health()`. `warm` hands out started sandboxes
-        to creates. `coordinator` is what gateway replicas share (`start_coordination` subscribes to it)."""
+        to creates. `coordinator` is what gateway replicas share (`start_coordination` subscribes to it). `builds`
+        is where keys' templates are built and kept (none: this server builds no templates)."""
         self.settings = settings
         self.catalog = TemplateCatalog(templates, settings.template_aliases, loaded_at=clock())
+        source = builds or TemplateBuildSource()
+        self.template_builds = TemplateBuilds(
+            self.catalog, source.ledger, source.builder, source.files, clock=clock, build_timeout=settings.build_timeout
+        )
         self.telemetry = Telemetry()
         self._store = store
         self._runtime = runtime
@@ -126,7 +143,9 @@ class Activator:
         return self._machine.live
 
     async def recover(self) -> None:
-        """Reconcile the stored records with the runtime after a restart; call once before serving."""
+        """Load the keys' templates, then reconcile the stored records with the runtime after a restart; call once
+        before serving."""
+        await self.template_builds.load()
         await self._machine.recover()
 
     async def start_coordination(self) -> None:
@@ -153,7 +172,7 @@ class Activator:
 
     async def create(self, owner: str, request: CreateRequest) -> SandboxRecord:
         """Start a sandbox from `request.template` (a name or an alias) for the API key `owner`."""
-        template = self.catalog.resolve(request.template)
+        template = self.catalog.resolve(request.template, owner)
         self._refuse_unenforced(request.egress)
         record = self._new_record(owner, request, template)
         claimed = None

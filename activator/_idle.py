@@ -26,13 +26,14 @@ class IdlePolicy:
         self, templates: Mapping[str, Template], *, pause_after: float | None, snapshot_after: float | None
     ) -> None:
         """`pause_after` / `snapshot_after`: the server's override for every template (None: keep the template's)."""
+        self._server: Thresholds = (pause_after, snapshot_after)  # for templates built after the start
         self._thresholds: dict[str, Thresholds] = {
             name: (_pick(pause_after, t.pause_after), _pick(snapshot_after, t.snapshot_after))
             for name, t in templates.items()
         }
 
     def thresholds(self, template: str) -> Thresholds:
-        return self._thresholds.get(template, (None, None))
+        return self._thresholds.get(template, self._server)
 
     def soonest(self, template: str) -> float | None:
         """Idle seconds after which the template's sandboxes may take their first idle step."""

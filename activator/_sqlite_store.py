@@ -1,5 +1,5 @@
-"""The local state store: one SQLite database in the data directory holding sandbox records, API-key digests and
-the claimed Idempotency-Keys (`_idempotency`).
+"""The local state store: one SQLite database in the data directory holding sandbox records, API-key digests,
+the claimed Idempotency-Keys (`_idempotency`) and the templates keys built (`_template_records`).
 
 Records are msgspec JSON blobs; the columns beside them (owner, state, created_at, end_at) exist only to be
 indexed. sqlite3 objects must stay on the thread that made them, so the one connection lives on one dedicated
@@ -24,6 +24,7 @@ from activator._errors import ActivatorError
 from activator._idempotency import ClaimedKey
 from activator._records import ApiKey, SandboxRecord, SandboxState
 from activator._store import Cursor
+from activator._template_records import BuildRecord, TemplateRecord
 
 __all__ = ["SqliteStore"]
 
@@ -44,11 +45,18 @@ CREATE TABLE IF NOT EXISTS api_keys (
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     owner TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, claim BLOB NOT NULL, PRIMARY KEY (owner, key));
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON idempotency_keys (at);
+CREATE TABLE IF NOT EXISTS templates (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at REAL NOT NULL, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS template_builds (
+    id TEXT PRIMARY KEY, template_id TEXT NOT NULL, created_at REAL NOT NULL, record BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS template_builds_by_template ON template_builds (template_id, created_at);
 """
 
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(SandboxRecord).decode
 _decode_claim = msgspec.json.Decoder(ClaimedKey).decode
+_decode_template = msgspec.json.Decoder(TemplateRecord).decode
+_decode_build = msgspec.json.Decoder(BuildRecord).decode
 
 
 class SqliteStore:
@@ -173,6 +181,32 @@ class SqliteStore:
         """Delete the claim of (owner, key)."""
         sql = "DELETE FROM idempotency_keys WHERE owner = ? AND key = ?"
         await self._run(lambda conn: conn.execute(sql, (owner, key)))
+
+    async def put_template(self, record: TemplateRecord) -> None:
+        row = (record.template_id, record.owner, record.created_at, _encode(record))
+        await self._run(lambda conn: conn.execute("INSERT OR REPLACE INTO templates VALUES (?, ?, ?, ?)", row))
+
+    async def delete_template(self, template_id: str) -> None:
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM template_builds WHERE template_id = ?", (template_id,))
+            conn.execute("DELETE FROM templates WHERE id = ?", (template_id,))
+
+        await self._run(delete)
+
+    async def put_build(self, record: BuildRecord) -> None:
+        row = (record.build_id, record.template_id, record.created_at, _encode(record))
+        await self._run(lambda conn: conn.execute("INSERT OR REPLACE INTO template_builds VALUES (?, ?, ?, ?)", row))
+
+    async def built_templates(self) -> list[tuple[TemplateRecord, list[BuildRecord]]]:
+        def scan(conn: sqlite3.Connection) -> list[tuple[TemplateRecord, list[BuildRecord]]]:
+            builds: dict[str, list[BuildRecord]] = {}
+            for (raw,) in conn.execute("SELECT record FROM template_builds ORDER BY created_at, id"):
+                build = _decode_build(raw)
+                builds.setdefault(build.template_id, []).append(build)
+            rows = conn.execute("SELECT record FROM templates ORDER BY created_at, id")
+            return [(t, builds.get(t.template_id, [])) for t in (_decode_template(raw) for (raw,) in rows)]
+
+        return await self._run(scan)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         try:

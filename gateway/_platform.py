@@ -25,6 +25,8 @@ from activator import (
     SoloCoordinator,
     SqliteStore,
     Store,
+    TemplateBuildSource,
+    TemplateFiles,
     new_sandbox_id,
 )
 from gateway._http_proxy import UpstreamConnection
@@ -117,11 +119,17 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         pools = _warm_pools(runtime, templates, settings)
         if isinstance(runtime, KubernetesRuntime) and isinstance(pools, KubeWarmPools):
             runtime.set_warm_source(pools.claim_for)  # a resume from zero adopts a warm pod when one is ready
+        builds = (
+            TemplateBuildSource(store, runtime, TemplateFiles(settings.data_dir / "template-files"))
+            if isinstance(runtime, LocalRuntime) and isinstance(store, SqliteStore)
+            else TemplateBuildSource()  # kubernetes: a template is an image there, and no registry is configured
+        )
         activator = Activator(
             store, runtime, templates, _activator_settings(settings), on_halt=upstreams.drop,
             health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,
-            coordinator=coordinator,
+            coordinator=coordinator, builds=builds,
         )  # fmt: skip
+        stack.push_async_callback(activator.template_builds.close)
 
         async def on_exit(sandbox_id: str) -> None:
             if not pools.forget(sandbox_id):  # a warm sandbox has no record to update

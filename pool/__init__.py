@@ -21,6 +21,7 @@ from pool._errors import (
     PortClosed,
     RuntimeFailure,
     SandboxGone,
+    TemplateBuildFailed,
 )
 from pool._executor_client import post_init
 from pool._kube import Connection as KubeConnection  # outside the kube package `Connection` alone says too little
@@ -41,6 +42,7 @@ from pool._local._criu import DEFAULT_CRIU_DIR
 from pool._local._images import ImageStore
 from pool._runtime import (
     ALL_TRAFFIC,
+    BuildLog,
     EgressRules,
     ExecutorInit,
     Runtime,
@@ -49,8 +51,18 @@ from pool._runtime import (
     SandboxStats,
     SnapshotInfo,
     SnapshotKind,
+    TemplateBuilder,
 )
-from pool._templates import Resources, Template, TemplateError, load_templates
+from pool._templates import (
+    CopyLayer,
+    DebootstrapLayer,
+    Layer,
+    Resources,
+    RunLayer,
+    Template,
+    TemplateError,
+    load_templates,
+)
 from pool._warm import WarmPools, WarmPoolStats, WarmRuntime
 
 __all__ = [
@@ -62,6 +74,9 @@ __all__ = [
     "ENVD_PORT",
     "Autostart",
     "BodyReader",
+    "BuildLog",
+    "CopyLayer",
+    "DebootstrapLayer",
     "EgressRules",
     "EgressSettings",
     "EnvdClient",
@@ -78,6 +93,7 @@ __all__ = [
     "KubeSettings",
     "KubeWarmPools",
     "KubernetesRuntime",
+    "Layer",
     "LeaderElection",
     "LocalRuntime",
     "LocalRuntimeSettings",
@@ -86,6 +102,7 @@ __all__ = [
     "PortClosed",
     "Reply",
     "Resources",
+    "RunLayer",
     "Runtime",
     "RuntimeCapabilities",
     "RuntimeFailure",
@@ -97,6 +114,8 @@ __all__ = [
     "SocketOpener",
     "SocketTransport",
     "Template",
+    "TemplateBuildFailed",
+    "TemplateBuilder",
     "TemplateError",
     "WarmPoolStats",
     "WarmPools",

@@ -48,9 +48,8 @@ def test_unserved_features_of_a_running_sandbox_are_refused_by_name(e2b_env: Run
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("POST", "/v3/templates"),
-        ("GET", "/templates/tpl/builds/b1/status"),
-        ("DELETE", "/templates/tpl"),
+        ("POST", "/v2/templates"),
+        ("PATCH", "/templates/tpl"),
         ("GET", "/snapshots"),
         ("POST", "/volumes"),
         ("GET", "/volumes/v1"),

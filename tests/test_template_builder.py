@@ -102,8 +102,9 @@ async def test_run_and_copy_layers_are_built_in_sandboxes_cached_and_seen_by_san
         listing = await _run(
             runtime,
             "frombuild1",
-            "stat -c '%U %a' /srv/app/main.py /srv/app/whoami; cat /etc/made-by-build; ls -A /tmp; cat /etc/resolv.conf",
-        )  # noqa: E501
+            "stat -c '%U %a' /srv/app/main.py /srv/app/whoami; cat /etc/made-by-build; ls -A /tmp;"
+            " cat /etc/resolv.conf",
+        )
         owner_main, owner_whoami, made, *rest = listing.splitlines()
         assert (owner_main, owner_whoami, made) == ("app 644", "app 644", "made")
         assert "scratch" not in rest  # /tmp is cleaned before the layer is taken

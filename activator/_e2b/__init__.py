@@ -13,6 +13,7 @@ from activator._e2b._lifecycle_routes import LIFECYCLE_ROUTES
 from activator._e2b._network_routes import NETWORK_ROUTES
 from activator._e2b._request import E2bRequest
 from activator._e2b._state import ACTIVATOR, API_KEYS, activator_from, owner_from
+from activator._e2b._template_routes import TEMPLATE_ROUTES
 from activator._e2b._unsupported_routes import UNSUPPORTED_ROUTES
 
 __all__ = ["ACTIVATOR", "API_KEYS", "MAX_BODY_BYTES", "e2b_error_response", "e2b_router"]
@@ -28,7 +29,7 @@ def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
     """
     return Router(
         path="/",
-        route_handlers=[*LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *UNSUPPORTED_ROUTES],
+        route_handlers=[*LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *TEMPLATE_ROUTES, *UNSUPPORTED_ROUTES],
         dependencies={
             "activator": Provide(activator_from, sync_to_thread=False),
             "owner": Provide(owner_from, sync_to_thread=False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Literal
 
@@ -13,11 +14,16 @@ from activator._logs import LogLine
 from activator._network import check_private_ingress, egress_in_force, mask_host
 from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState, record_time
 from activator._settings import ActivatorSettings
+from activator._template_records import BuildLogEntry, BuildRecord, TemplateRecord
 from pool import SandboxStats, Template
 
 __all__ = [
     "WIRE_STATES",
     "WireState",
+    "build_log_entry",
+    "build_status",
+    "built_template",
+    "check_template_name",
     "create_request",
     "log_entry",
     "log_line",
@@ -26,6 +32,7 @@ __all__ = [
     "sandbox",
     "sandbox_detail",
     "sandbox_listed",
+    "tag",
     "template",
 ]
 
@@ -37,6 +44,7 @@ WIRE_STATES: dict[WireState, frozenset[SandboxState]] = {
     "running": frozenset({SandboxState.RUNNING}),
     "paused": frozenset({SandboxState.PAUSED}),
 }
+_LEVELS = ("debug", "info", "warn", "error")
 _WIRE_STATE: dict[SandboxState, WireState] = {state: wire for wire, states in WIRE_STATES.items() for state in states}
 
 
@@ -97,10 +105,15 @@ def _refuse_unserved(
             raise InvalidRequest(f"{name} is not supported by this server")
 
 
+def template_id(record: SandboxRecord) -> str:
+    """E2B's `templateID` of a sandbox: a built-in's name, or a key's template's ID without its build."""
+    return record.template.partition("/")[0]
+
+
 def sandbox(record: SandboxRecord) -> _wire.Sandbox:
     """The answer to create, connect and resume."""
     return _wire.Sandbox(
-        template_id=record.template,
+        template_id=template_id(record),
         sandbox_id=record.id,
         client_id=record.client_id,
         envd_version=record.envd_version,
@@ -114,7 +127,7 @@ def sandbox(record: SandboxRecord) -> _wire.Sandbox:
 def sandbox_listed(record: SandboxRecord) -> _wire.ListedSandbox:
     """One item of a listing."""
     return _wire.ListedSandbox(
-        template_id=record.template,
+        template_id=template_id(record),
         sandbox_id=record.id,
         client_id=record.client_id,
         started_at=record_time(record.started_at),
@@ -191,4 +204,69 @@ def template(tpl: Template, names: list[str], *, loaded_at: float, settings: Act
         envd_version=settings.envd_version,
         build_status="ready",
         description=tpl.description or None,
+    )
+
+
+_TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+def check_template_name(name: str) -> None:
+    """A template name as E2B accepts it: lowercase letters, digits, `.`, `_` and `-` (400 otherwise)."""
+    if not _TEMPLATE_NAME.match(name):
+        raise InvalidRequest(
+            f"template name {name!r} is invalid: use 1 to 128 of a-z, 0-9, '.', '_' and '-', starting with a letter "
+            "or digit"
+        )
+
+
+def build_status(build: BuildRecord, *, offset: int, limit: int, level: str | None) -> _wire.TemplateBuildStatus:
+    """A build's status with its log entries `offset`.. (at most `limit`), and on error the failing step's
+    warnings and errors (E2B's `reason.logEntries`)."""
+    entries = [e for e in build.logs if level is None or _LEVELS.index(e.level) >= _LEVELS.index(level)]
+    page = [build_log_entry(e) for e in entries[offset : offset + limit]]
+    reason = None
+    if build.status == "error":
+        failed = [
+            build_log_entry(e) for e in build.logs if e.step == build.reason_step and e.level in ("warn", "error")
+        ]
+        reason = _wire.BuildReason(message=build.reason, step=build.reason_step, log_entries=failed)
+    return _wire.TemplateBuildStatus(
+        template_id=build.template_id, build_id=build.build_id, status=build.status,
+        logs=[f"{e.timestamp.isoformat()} {e.message}" for e in page], log_entries=page, reason=reason,
+    )  # fmt: skip
+
+
+def build_log_entry(entry: BuildLogEntry) -> _wire.BuildLogEntryOut:
+    return _wire.BuildLogEntryOut(
+        timestamp=record_time(entry.timestamp), level=entry.level, message=entry.message, step=entry.step
+    )
+
+
+def tag(name: str, build: BuildRecord) -> _wire.TemplateTagOut:
+    return _wire.TemplateTagOut(tag=name, build_id=build.build_id, created_at=record_time(build.created_at))
+
+
+def built_template(
+    record: TemplateRecord, build: BuildRecord | None, *, settings: ActivatorSettings
+) -> _wire.TemplateOut:
+    """A key's own template as E2B lists it: its latest build's figures and status."""
+    tpl = build.template if build is not None else None
+    resources = tpl.resources if tpl is not None else None
+    return _wire.TemplateOut(
+        template_id=record.template_id,
+        build_id=build.build_id if build is not None else "",
+        cpu_count=resources.cpu_count if resources else (build.cpu_count if build else 0),
+        memory_mb=resources.memory_mb if resources else (build.memory_mb if build else 0),
+        disk_size_mb=resources.disk_mb if resources else 0,
+        public=False,
+        aliases=[record.name],
+        names=[record.name],
+        created_at=record_time(record.created_at),
+        updated_at=record_time(record.updated_at),
+        created_by=None,
+        last_spawned_at=None,
+        spawn_count=0,
+        build_count=1,
+        envd_version=settings.envd_version,
+        build_status=build.status if build is not None else "waiting",
     )

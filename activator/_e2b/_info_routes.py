@@ -9,6 +9,7 @@ from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, FromQuery, QueryParameter
 
+from activator._catalog import split_reference
 from activator._e2b import _convert, _wire
 from activator._e2b._auth import EXCLUDE_FROM_AUTH
 from activator._e2b._query import decode_metadata_filter, decode_states
@@ -128,19 +129,29 @@ def logs_v2(
 
 
 @get(["/templates", "/v2/templates"], sync_to_thread=False)
-def templates(activator: ActivatorDep) -> list[_wire.TemplateOut]:
-    """Every loaded template, shared by all keys."""
-    catalog = activator.catalog
-    return [
-        _convert.template(tpl, catalog.names_of(name), loaded_at=catalog.loaded_at, settings=activator.settings)
-        for name, tpl in sorted(catalog.templates.items())
+def templates(activator: ActivatorDep, owner: OwnerDep) -> list[_wire.TemplateOut]:
+    """The built-in templates, shared by all keys, then the key's own, each with its latest build."""
+    catalog, settings = activator.catalog, activator.settings
+    builtins = [
+        _convert.template(tpl, catalog.names_of(name), loaded_at=catalog.loaded_at, settings=settings)
+        for name, tpl in sorted(catalog.builtins().items())
     ]
+    own = [
+        _convert.built_template(record, activator.template_builds.latest(record.template_id), settings=settings)
+        for record in catalog.built(owner)
+    ]
+    return builtins + own
 
 
 @get("/templates/aliases/{alias:str}", sync_to_thread=False)
-def template_alias(alias: FromPath[str], activator: ActivatorDep) -> _wire.TemplateAlias:
-    """The template an alias (or a name, `name:tag`) resolves to; 404 when none does (`exists()` is False)."""
-    return _wire.TemplateAlias(template_id=activator.catalog.resolve(alias).name, public=True)
+def template_alias(alias: FromPath[str], activator: ActivatorDep, owner: OwnerDep) -> _wire.TemplateAlias:
+    """The template a name or alias (`name:tag`) names: the key's own (not public) or a built-in one; 404 when
+    none does (`Template.exists()` is then False)."""
+    catalog = activator.catalog
+    own = catalog.find_built(owner, split_reference(alias)[0])
+    if own is not None:
+        return _wire.TemplateAlias(template_id=own.template_id, public=False)
+    return _wire.TemplateAlias(template_id=catalog.resolve(alias).name, public=True)
 
 
 def _aware(moment: datetime | None) -> datetime | None:

@@ -19,19 +19,11 @@ from activator._errors import NotSupported
 __all__ = ["UNSUPPORTED_ROUTES"]
 
 _T = "/templates/{template_id:str}"
-_B = "/builds/{build_id:str}"
 _S = "/sandboxes/{sandbox_id:str}"
 
 _UNSUPPORTED: tuple[tuple[Method, tuple[str, ...], str], ...] = (
-    ("POST", ("/v3/templates", "/v2/templates", "/templates", _T), "building templates"),
-    ("POST", (f"/v2{_T}{_B}", f"{_T}{_B}"), "building templates"),
-    ("GET", (f"{_T}{_B}/status",), "building templates"),
-    ("GET", (f"{_T}/files/{{file_hash:str}}",), "building templates"),
+    ("POST", ("/v2/templates", "/templates", _T), "building templates from a Dockerfile (CLI 1.x; use the SDK)"),
     ("PATCH", (_T, f"/v2{_T}"), "changing templates"),
-    ("DELETE", (_T,), "deleting templates and snapshots"),
-    ("GET", (f"{_T}/tags",), "template tags"),
-    ("POST", ("/templates/tags",), "template tags"),
-    ("DELETE", ("/templates/tags",), "template tags"),
     ("POST", (f"{_S}/snapshots",), "snapshots"),
     ("GET", ("/snapshots",), "snapshots"),
     ("POST", (f"{_S}/fork",), "fork"),

@@ -17,7 +17,11 @@ import msgspec
 from executor.envd import EnvVars
 
 __all__ = [
+    "AssignTags",
+    "AssignedTags",
     "AutoResume",
+    "BuildLogEntryOut",
+    "BuildReason",
     "ConnectRequest",
     "ErrorBody",
     "LifecycleIn",
@@ -33,12 +37,18 @@ __all__ = [
     "NewSandbox",
     "PauseRequest",
     "RefreshRequest",
+    "RemoveTags",
     "ResumeRequest",
     "Sandbox",
     "SandboxDetail",
     "SandboxMetric",
     "TemplateAlias",
+    "TemplateBuildRequest",
+    "TemplateBuildRequested",
+    "TemplateBuildStatus",
+    "TemplateFilesLink",
     "TemplateOut",
+    "TemplateTagOut",
     "TimeoutRequest",
 ]
 
@@ -244,7 +254,7 @@ class TemplateOut(_Wire):
     spawn_count: int
     build_count: int
     envd_version: str
-    build_status: Literal["ready"]
+    build_status: Literal["waiting", "building", "ready", "error"]
     description: str | None = None
 
 
@@ -253,3 +263,79 @@ class TemplateAlias(_Wire):
 
     template_id: str = msgspec.field(name="templateID")
     public: bool
+
+
+# Template builds (the Template SDK, e2b-features.md §1.2)
+
+_TemplateName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class TemplateBuildRequest(_Wire, kw_only=True):
+    """`POST /v3/templates`: a new build of a template named `name[:tag]` (a namespace prefix is ignored)."""
+
+    name: _TemplateName | None = None
+    alias: _TemplateName | None = None  # the older SDKs' spelling of `name`
+    tags: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]], msgspec.Meta(max_length=64)] = []
+    team_id: str | None = msgspec.field(default=None, name="teamID")
+    cpu_count: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    memory_mb: Annotated[int, msgspec.Meta(ge=128, le=1 << 20)] = msgspec.field(default=1024, name="memoryMB")
+    min_free_disk_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class TemplateBuildRequested(_Wire, kw_only=True):
+    template_id: str = msgspec.field(name="templateID")
+    build_id: str = msgspec.field(name="buildID")
+    public: bool
+    names: list[str]
+    tags: list[str]
+    aliases: list[str]
+
+
+class TemplateFilesLink(_Wire, kw_only=True):
+    """`GET /templates/{id}/files/{hash}`: whether the server has a COPY step's files, and where to upload them."""
+
+    present: bool
+    url: str | None = None
+
+
+class BuildLogEntryOut(_Wire, kw_only=True):
+    timestamp: datetime
+    level: Literal["debug", "info", "warn", "error"]
+    message: str
+    step: str | None = None
+
+
+class BuildReason(_Wire, kw_only=True):
+    message: str
+    step: str | None = None
+    log_entries: list[BuildLogEntryOut] = []
+
+
+class TemplateBuildStatus(_Wire, kw_only=True):
+    template_id: str = msgspec.field(name="templateID")
+    build_id: str = msgspec.field(name="buildID")
+    status: Literal["waiting", "building", "ready", "error"]
+    logs: list[str]
+    log_entries: list[BuildLogEntryOut]
+    reason: BuildReason | None = None
+
+
+class TemplateTagOut(_Wire, kw_only=True):
+    tag: str
+    build_id: str = msgspec.field(name="buildID")
+    created_at: datetime
+
+
+class AssignTags(_Wire, kw_only=True):
+    target: _TemplateName
+    tags: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]], msgspec.Meta(min_length=1)]
+
+
+class AssignedTags(_Wire, kw_only=True):
+    build_id: str = msgspec.field(name="buildID")
+    tags: list[str]
+
+
+class RemoveTags(_Wire, kw_only=True):
+    name: _TemplateName
+    tags: Annotated[list[str], msgspec.Meta(min_length=1)]

@@ -1,0 +1,285 @@
+"""Template builds API keys ask for: their records, their logs while they run, and the tags that name them.
+
+A build is requested (`waiting`), started with its plan (`building`, at most `MAX_CONCURRENT_BUILDS` at once),
+and ends `ready` (its `pool.Template` joins the catalog under every tag the request named) or `error` (with the
+failing step's label and output). Its log is kept in memory while it runs and stored with its record at the
+end, at most `MAX_LOG_ENTRIES` entries. A build a restart interrupted is recorded as failed when the server
+comes back. The runtime builds (`pool.TemplateBuilder`); a runtime that cannot leaves `refusal` set, and every
+build route answers 501 with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import uuid
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from activator._catalog import DEFAULT_TAG, TemplateCatalog, build_key
+from activator._errors import ActivatorError, InvalidRequest, NotSupported
+from activator._template_files import TemplateFiles
+from activator._template_records import BuildLogEntry, BuildRecord, TemplateLedger, TemplateRecord
+from pool import PoolError, Template, TemplateBuilder, TemplateBuildFailed
+
+__all__ = ["MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "BuildFailure", "BuildNotFound", "TemplateBuilds"]
+
+_log = logging.getLogger("activator")
+
+MAX_CONCURRENT_BUILDS = 2
+MAX_LOG_ENTRIES = 10_000
+Level = Literal["debug", "info", "warn", "error"]
+
+
+class BuildNotFound(ActivatorError):
+    status_code = 404
+
+
+class BuildFailure(Exception):
+    """Why a build failed, and the step label it names."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.step = step
+
+
+class TemplateBuilds:
+    """The templates and builds of every key: requests, runs, status, tags and deletion."""
+
+    def __init__(
+        self,
+        catalog: TemplateCatalog,
+        ledger: TemplateLedger | None,
+        builder: TemplateBuilder | None,
+        files: TemplateFiles | None,
+        *,
+        clock: Callable[[], float],
+        build_timeout: float,
+    ) -> None:
+        self.files = files
+        self._catalog = catalog
+        self._ledger = ledger
+        self._builder = builder
+        self._clock = clock
+        self._build_timeout = build_timeout
+        self._builds: dict[str, BuildRecord] = {}  # build id -> record (finished ones too: status is read often)
+        self._running: dict[str, list[BuildLogEntry]] = {}  # build id -> its log so far
+        self._pending_tags: dict[str, list[str]] = {}  # build id -> the tags it gets once ready
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT_BUILDS)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def refusal(self) -> str:
+        """Why this server builds no templates ("" when it does)."""
+        if self._builder is None or self._ledger is None or self.files is None:
+            return "building templates needs a runtime that builds images (the local one)"
+        return ""
+
+    async def load(self) -> None:
+        """Read every template and build from the store; builds a restart interrupted become failed ones."""
+        if self._ledger is None:
+            return
+        for record, builds in await self._ledger.built_templates():
+            for build in builds:
+                if build.status in ("waiting", "building"):
+                    build = msgspec.structs.replace(
+                        build, status="error", reason="the server restarted during the build", finished_at=self._clock()
+                    )
+                    await self._ledger.put_build(build)
+                self._builds[build.build_id] = build
+            self._catalog.put_built(record, builds)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # requests
+
+    async def request(
+        self, owner: str, name: str, tags: list[str], *, cpu_count: int, memory_mb: int
+    ) -> tuple[TemplateRecord, BuildRecord]:
+        """A new build of `owner`'s template `name` (made when it is new), to be tagged `tags` once ready."""
+        ledger = self._ready()
+        if self._catalog.is_builtin(name):
+            raise InvalidRequest(f"'{name}' is a built-in template's name: choose another one")
+        now = self._clock()
+        record = self._catalog.find_built(owner, name) or TemplateRecord(
+            template_id=_template_id(), owner=owner, name=name, created_at=now, updated_at=now
+        )
+        build = BuildRecord(
+            build_id=str(uuid.uuid4()), template_id=record.template_id, status="waiting", created_at=now,
+            cpu_count=cpu_count, memory_mb=memory_mb,
+        )  # fmt: skip
+        await ledger.put_template(record)
+        await ledger.put_build(build)
+        self._catalog.put_built(record)
+        self._builds[build.build_id] = build
+        self._pending_tags[build.build_id] = tags or [DEFAULT_TAG]
+        return record, build
+
+    def template(self, owner: str, reference: str) -> TemplateRecord:
+        """`owner`'s template by name or ID; BuildNotFound when it has none."""
+        record = self._catalog.find_built(owner, reference)
+        if record is None:
+            raise BuildNotFound(f"template '{reference}' not found")
+        return record
+
+    def build(self, owner: str, template_id: str, build_id: str) -> BuildRecord:
+        """The build with its log so far; BuildNotFound when it is not one of `owner`'s."""
+        self.template(owner, template_id)
+        build = self._builds.get(build_id)
+        if build is None or build.template_id != template_id:
+            raise BuildNotFound(f"build '{build_id}' of template '{template_id}' not found")
+        running = self._running.get(build_id)
+        return build if running is None else msgspec.structs.replace(build, logs=tuple(running))
+
+    def latest(self, template_id: str) -> BuildRecord | None:
+        """The template's newest build (None before its first)."""
+        builds = [b for b in self._builds.values() if b.template_id == template_id]
+        return max(builds, key=lambda b: b.created_at) if builds else None
+
+    async def start(
+        self, owner: str, template_id: str, build_id: str, plan: Callable[[], tuple[Template, tuple[str, ...]]]
+    ) -> None:
+        """Run the waiting build: `plan()` gives its template and each layer's step label (raising BuildFailure
+        fails the build at that step instead). InvalidRequest when the build is not waiting."""
+        self._ready()
+        build = self.build(owner, template_id, build_id)
+        if build.status != "waiting":
+            raise InvalidRequest(f"build '{build_id}' is {build.status}: only a waiting build can be started")
+        self._running[build_id] = []
+        self._builds[build_id] = build = msgspec.structs.replace(build, status="building")
+        task = asyncio.create_task(self._run(owner, build, plan))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def delete(self, owner: str, reference: str) -> None:
+        """Delete `owner`'s template and its builds (layers and running sandboxes stay); BuildNotFound if none."""
+        record = self.template(owner, reference)
+        await self._ready().delete_template(record.template_id)
+        self._catalog.remove_built(record.template_id)
+
+    async def assign_tags(self, owner: str, target: str, tags: list[str]) -> str:
+        """Point `tags` at the build `target` (`name:tag`) names; the build id."""
+        name, _, tag = target.rpartition("/")[2].partition(":")
+        record = self.template(owner, name)
+        build_id = record.tags.get(tag or DEFAULT_TAG)
+        if build_id is None:
+            raise BuildNotFound(f"template '{target}' not found")
+        await self._retag(record, {**record.tags, **dict.fromkeys(tags, build_id)})
+        return build_id
+
+    async def remove_tags(self, owner: str, name: str, tags: list[str]) -> None:
+        record = self.template(owner, name)
+        await self._retag(record, {tag: build for tag, build in record.tags.items() if tag not in tags})
+
+    # the run
+
+    async def _run(self, owner: str, build: BuildRecord, plan: Callable[[], tuple[Template, tuple[str, ...]]]) -> None:
+        log = self._running[build.build_id]
+        status: Literal["ready", "error"] = "error"
+        template: Template | None = None
+        failure: BuildFailure | None = None
+        try:
+            try:
+                template, labels = plan()
+            except BuildFailure as exc:
+                failure = exc
+            else:
+                template = msgspec.structs.replace(template, name=build_key(build.template_id, build.build_id))
+                failure = await self._build(owner, template, labels, log)
+            status = "ready" if failure is None else "error"
+        except asyncio.CancelledError:
+            failure = BuildFailure("the server stopped during the build", "finalize")
+            raise
+        except Exception as exc:  # a bug must fail the build, not leave it "building" for ever
+            _log.exception("template build %s failed", build.build_id)
+            failure = BuildFailure(f"the build failed: {exc!r}", "finalize")
+        finally:
+            await self._finish(owner, build, status, template, failure, log)
+
+    async def _build(
+        self, owner: str, template: Template, labels: tuple[str, ...], log: list[BuildLogEntry]
+    ) -> BuildFailure | None:
+        assert self._builder is not None
+
+        def record(layer: int | None, level: str, message: str) -> None:
+            step = labels[layer] if layer is not None and 0 <= layer < len(labels) else "finalize"
+            if len(log) < MAX_LOG_ENTRIES:
+                log.append(_entry(self._clock(), _level(level), message, step))
+
+        if self._slots.locked():
+            record(None, "info", "waiting for another build to finish")
+        async with self._slots:
+            try:
+                files = self.files
+                assert files is not None
+                await self._builder.build_template(
+                    template, record, files=lambda files_hash: files.path(owner, files_hash), within=self._build_timeout
+                )
+            except TemplateBuildFailed as exc:
+                step = labels[exc.layer] if exc.layer is not None and exc.layer < len(labels) else "finalize"
+                return BuildFailure(str(exc), step)
+            except PoolError as exc:
+                return BuildFailure(f"the build failed: {exc}", "finalize")
+        return None
+
+    async def _finish(
+        self,
+        owner: str,
+        build: BuildRecord,
+        status: Literal["ready", "error"],
+        template: Template | None,
+        failure: BuildFailure | None,
+        log: list[BuildLogEntry],
+    ) -> None:
+        now = self._clock()
+        if failure is not None:
+            log.append(_entry(now, "error", failure.message, failure.step))
+        else:
+            log.append(_entry(now, "info", "build finished", "finalize"))
+        done = msgspec.structs.replace(
+            build, status=status, finished_at=now, template=template if status == "ready" else None,
+            reason=failure.message if failure else "", reason_step=failure.step if failure else None, logs=tuple(log),
+        )  # fmt: skip
+        self._builds[build.build_id] = done
+        self._running.pop(build.build_id, None)
+        tags = self._pending_tags.pop(build.build_id, [DEFAULT_TAG])
+        ledger = self._ready()
+        await ledger.put_build(done)
+        record = self._catalog.find_built(owner, build.template_id)
+        if record is not None and status == "ready":
+            record = msgspec.structs.replace(record, tags={**record.tags, **dict.fromkeys(tags, build.build_id)},
+                                             updated_at=now)  # fmt: skip
+            await ledger.put_template(record)
+            self._catalog.put_built(record, [done])
+
+    async def _retag(self, record: TemplateRecord, tags: dict[str, str]) -> None:
+        record = msgspec.structs.replace(record, tags=tags, updated_at=self._clock())
+        await self._ready().put_template(record)
+        self._catalog.put_built(record, [b for b in self._builds.values() if b.template_id == record.template_id])
+
+    def _ready(self) -> TemplateLedger:
+        if self.refusal:
+            raise NotSupported(self.refusal)
+        assert self._ledger is not None
+        return self._ledger
+
+
+def _template_id() -> str:
+    """An id like E2B's: 20 lowercase letters and digits."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return "".join(secrets.choice(alphabet) for _ in range(20))
+
+
+def _entry(at: float, level: Level, message: str, step: str | None = None) -> BuildLogEntry:
+    return BuildLogEntry(timestamp=at, level=level, message=message, step=step)
+
+
+def _level(level: str) -> Level:
+    return level if level in ("debug", "info", "warn", "error") else "info"  # type: ignore[return-value]

@@ -1,0 +1,94 @@
+"""The real E2B Template SDK (`from e2b import Template`) building templates on this server, and sandboxes made
+from them. The apt, pip and npm steps reach Debian's archive, PyPI and npm: the registries users install from."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox, Template, wait_for_port
+from e2b.exceptions import BuildException
+
+from tests.server_fixtures import RunningServer
+
+
+def _context(root: Path) -> Path:
+    app = root / "app"
+    (app / "static").mkdir(parents=True)
+    (app / "static" / "index.html").write_text("<title>built here</title>\n")
+    (app / "greet.py").write_text("print('hello from a copied file')\n")
+    return root
+
+
+def test_a_template_built_with_the_sdk_has_every_step_and_starts_with_its_server_up(
+    e2b_env: RunningServer, tmp_path: Path
+) -> None:
+    marker = f"host-marker-{uuid.uuid4().hex}"
+    (Path("/tmp") / marker).write_text("the host's")
+    name = f"sdk-{uuid.uuid4().hex[:8]}"
+    template = (
+        Template(file_context_path=str(_context(tmp_path)))
+        .from_template("sandbox-base-node")
+        .run_cmd(f"echo build {marker}")  # a step of its own: every layer above is new, so really built
+        .apt_install(["jq"])
+        .pip_install(["six==1.17.0"])
+        .npm_install(["semver@7.6.3"], g=True)
+        .copy("app", "/srv/app/")
+        .set_envs({"GREETING": "hi there"})
+        .run_cmd(f'echo "$GREETING" > /srv/greeting && test ! -e /tmp/{marker} && touch /{marker}', user="root")
+        .set_user("worker")
+        .set_workdir("/srv/app")
+        .run_cmd("id -un > whoami-at-build")
+        .set_start_cmd("python3 -m http.server 8000 --directory /srv/app/static", wait_for_port(8000))
+    )
+    logs: list[str] = []
+    try:
+        info = Template.build(template, f"{name}:v1", on_build_logs=lambda entry: logs.append(entry.message))
+        assert info.template_id
+        assert not any(message.startswith("CACHED RUN") for message in logs)
+        assert not (Path("/") / marker).exists()  # the RUN wrote the build sandbox's root, not the host's
+        assert Template.exists(name)
+        assert Template.exists(f"{name}:v1")
+
+        sbx = Sandbox.create(f"{name}:v1", timeout=120)
+        try:
+            assert sbx.get_info().template_id == info.template_id
+            run = sbx.commands.run(
+                "whoami; pwd; cat /srv/greeting whoami-at-build; jq -n 1+1;"
+                " python3 -c 'import six; print(six.__version__)'; semver 1.2.3; python3 /srv/app/greet.py;"
+                " stat -c %U /srv/app/greet.py; echo $GREETING; curl -fs localhost:8000/index.html"
+            )  # fmt: skip
+            assert run.stdout.splitlines() == [
+                "worker", "/srv/app", "hi there", "worker", "2", "1.17.0", "1.2.3", "hello from a copied file",
+                "user", "hi there", "<title>built here</title>",
+            ]  # fmt: skip
+        finally:
+            sbx.kill()
+
+        again: list[str] = []
+        Template.build(template, f"{name}:v2", on_build_logs=lambda entry: again.append(entry.message))
+        reused = [message for message in again if message.startswith("CACHED")]
+        assert len(reused) == 2 + 9  # the base's two layers, then each step but ENV (which makes none)
+        assert not [message for message in again if message.startswith("built layer")]
+        tags = {tag.tag for tag in Template.get_tags(name)}
+        assert tags == {"v1", "v2"}
+    finally:
+        (Path("/tmp") / marker).unlink()
+        httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
+    assert not Template.exists(name)
+
+
+def test_a_failing_step_fails_the_build_at_that_step_with_its_output(e2b_env: RunningServer) -> None:
+    template = Template().from_template("base").run_cmd("echo all good").run_cmd("echo broken-step >&2; exit 7")
+    with pytest.raises(BuildException, match="exit status 7") as failure:
+        Template.build(template, f"fails-{uuid.uuid4().hex[:8]}")
+    assert "broken-step" in str(failure.value)
+
+
+def test_a_base_this_server_cannot_have_fails_at_base_naming_the_bases_that_work(e2b_env: RunningServer) -> None:
+    template = Template().from_image("ubuntu:24.04").run_cmd("true")
+    with pytest.raises(BuildException, match=r"'ubuntu:24\.04' is not available on this server") as failure:
+        Template.build(template, f"ubuntu-{uuid.uuid4().hex[:8]}")
+    assert "debian:bookworm" in str(failure.value)
