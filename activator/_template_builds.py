@@ -186,14 +186,12 @@ class TemplateBuilds:
         template: Template | None = None
         failure: BuildFailure | None = None
         try:
-            try:
-                template, labels = plan()
-            except BuildFailure as exc:
-                failure = exc
-            else:
-                template = msgspec.structs.replace(template, name=build_key(build.template_id, build.build_id))
-                failure = await self._build(owner, template, labels, log)
-            status = "ready" if failure is None else "error"
+            planned, labels = plan()
+            planned = msgspec.structs.replace(planned, name=build_key(build.template_id, build.build_id))
+            template = await self._build(owner, planned, labels, log)
+            status = "ready"
+        except BuildFailure as exc:
+            failure = exc
         except asyncio.CancelledError:
             failure = BuildFailure("the server stopped during the build", "finalize")
             raise
@@ -205,7 +203,8 @@ class TemplateBuilds:
 
     async def _build(
         self, owner: str, template: Template, labels: tuple[str, ...], log: list[BuildLogEntry]
-    ) -> BuildFailure | None:
+    ) -> Template:
+        """The template as built; BuildFailure naming the failed step."""
         assert self._builder is not None
 
         def record(layer: int | None, level: str, message: str) -> None:
@@ -219,15 +218,14 @@ class TemplateBuilds:
             try:
                 files = self.files
                 assert files is not None
-                await self._builder.build_template(
+                return await self._builder.build_template(
                     template, record, files=lambda files_hash: files.path(owner, files_hash), within=self._build_timeout
                 )
             except TemplateBuildFailed as exc:
                 step = labels[exc.layer] if exc.layer is not None and exc.layer < len(labels) else "finalize"
-                return BuildFailure(str(exc), step)
+                raise BuildFailure(str(exc), step) from exc
             except PoolError as exc:
-                return BuildFailure(f"the build failed: {exc}", "finalize")
-        return None
+                raise BuildFailure(f"the build failed: {exc}", "finalize") from exc
 
     async def _finish(
         self,

@@ -130,10 +130,12 @@ class TemplateBuilder(Protocol):
 
     async def build_template(
         self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
-    ) -> None:
+    ) -> Template:
         """Build `template`'s missing layers, each sandboxed one in a build sandbox of its own with egress, then
-        start it once to see its start and ready commands succeed. `files(hash)` is the archive a `CopyLayer`
-        names; `within` bounds the whole build in seconds. TemplateBuildFailed names the layer that failed."""
+        start it once to see its start and ready commands succeed; the template as built (what a runtime pins
+        while building, e.g. an image's digest, filled in), which is what its sandboxes must start from.
+        `files(hash)` is the archive a `CopyLayer` names; `within` bounds the whole build in seconds.
+        TemplateBuildFailed names the layer that failed."""
 
 
 class Runtime(Protocol):

@@ -47,9 +47,9 @@ class LocalRuntime(LocalSandboxes):
 
     async def build_template(
         self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
-    ) -> None:
+    ) -> Template:
         """`pool.TemplateBuilder`: layers built here, the sandboxed ones in build sandboxes (`_template_builder`)."""
-        await self._builder.build_template(template, log, files=files, within=within)
+        return await self._builder.build_template(template, log, files=files, within=within)
 
     def capabilities(self) -> RuntimeCapabilities:
         """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""

@@ -45,7 +45,7 @@ class LocalTemplateBuilder:
 
     async def build_template(
         self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
-    ) -> None:
+    ) -> Template:
         images = self._sandboxes.images
         deadline = time.monotonic() + within
         plan = images.plan(template)
@@ -64,6 +64,7 @@ class LocalTemplateBuilder:
             log(index, "info", f"built layer {key} in {time.monotonic() - started:.1f} s")
         await self._host_layers(template, len(template.layers), log)
         await self._trial_start(template, log, deadline)
+        return template
 
     async def _host_layers(self, template: Template, count: int, log: BuildLog) -> None:
         """Build the `count` lowest layers and the executor layer over them (all but the host-built ones are)."""
