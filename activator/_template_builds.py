@@ -76,7 +76,11 @@ class TemplateBuilds:
     def refusal(self) -> str:
         """Why this server builds no templates ("" when it does)."""
         if self._builder is None or self._ledger is None or self.files is None:
-            return "building templates needs a runtime that builds images (the local one)"
+            return (
+                "building templates is not supported on this runtime: on kubernetes a template is a container "
+                "image, and this server has no registry to push builds to (build images from deploy/Dockerfile.* "
+                "and name them in a template's `image`); the local runtime builds them"
+            )
         return ""
 
     async def load(self) -> None:
