@@ -42,7 +42,9 @@ from activator._settings import ActivatorSettings
 from activator._sqlite_store import SqliteStore
 from activator._store import Store
 from activator._telemetry import Histogram, HoldResult, Telemetry
+from activator._template_builds import TemplateBuilds
 from activator._template_files import TemplateFiles
+from activator._template_records import BuildLogEntry, BuildRecord, TemplateRecord
 
 __all__ = [
     "ACTIVATOR",
@@ -59,6 +61,8 @@ __all__ = [
     "ActivatorSettings",
     "ApiKey",
     "ApiKeys",
+    "BuildLogEntry",
+    "BuildRecord",
     "ClaimedKey",
     "ClientGone",
     "Coordinator",
@@ -92,9 +96,11 @@ __all__ = [
     "Store",
     "Telemetry",
     "TemplateBuildSource",
+    "TemplateBuilds",
     "TemplateCatalog",
     "TemplateFiles",
     "TemplateNotFound",
+    "TemplateRecord",
     "e2b_error_response",
     "e2b_router",
     "new_sandbox_id",

@@ -142,6 +142,12 @@ class TemplateBuilds:
         running = self._running.get(build_id)
         return build if running is None else msgspec.structs.replace(build, logs=tuple(running))
 
+    def builds_of(self, owner: str, template_id: str) -> list[BuildRecord]:
+        """The template's builds, newest first, each with its log so far."""
+        ids = [b.build_id for b in self._builds.values() if b.template_id == template_id]
+        builds = [self.build(owner, template_id, build_id) for build_id in ids]
+        return sorted(builds, key=lambda b: b.created_at, reverse=True)
+
     def latest(self, template_id: str) -> BuildRecord | None:
         """The template's newest build (None before its first)."""
         builds = [b for b in self._builds.values() if b.template_id == template_id]

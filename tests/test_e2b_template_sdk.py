@@ -9,9 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 from e2b import Sandbox, Template, wait_for_port
-from e2b.exceptions import BuildException
+from e2b.exceptions import BuildException, SandboxException
 
 from tests.server_fixtures import RunningServer
+from tests.ui_fixtures import new_key, sign_in
 
 
 def _context(root: Path) -> Path:
@@ -51,6 +52,7 @@ def test_a_template_built_with_the_sdk_has_every_step_and_starts_with_its_server
         assert not (Path("/") / marker).exists()  # the RUN wrote the build sandbox's root, not the host's
         assert Template.exists(name)
         assert Template.exists(f"{name}:v1")
+        _only_its_key_sees_it(e2b_env, name, marker)
 
         sbx = Sandbox.create(f"{name}:v1", timeout=120)
         try:
@@ -78,6 +80,21 @@ def test_a_template_built_with_the_sdk_has_every_step_and_starts_with_its_server
         (Path("/tmp") / marker).unlink()
         httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
     assert not Template.exists(name)
+
+
+def _only_its_key_sees_it(server: RunningServer, name: str, marker: str) -> None:
+    """The template is the building key's: on its Templates page with the build log, unknown to another key."""
+    client, _ = sign_in(server, server.api_key)
+    try:
+        page = client.get("/ui/templates").text
+    finally:
+        client.close()
+    assert name in page
+    assert f"[1] build {marker}" in page  # the first step's own output, under its step number
+    other = new_key(server, f"other-{name}")
+    assert not Template.exists(name, api_key=other)
+    with pytest.raises(SandboxException, match=f"404: template '{name}' not found"):
+        Sandbox.create(name, api_key=other)
 
 
 def test_a_failing_step_fails_the_build_at_that_step_with_its_output(e2b_env: RunningServer) -> None:

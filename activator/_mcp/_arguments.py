@@ -46,7 +46,9 @@ class ToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, rename=
 
 
 class CreateSandbox(ToolArgs):
-    template: Annotated[str, Meta(min_length=1, description="The template to start from (listed above).")] = "base"
+    template: Annotated[
+        str, Meta(min_length=1, description="The template to start from (listed above, or one your key built).")
+    ] = "base"
     timeout: Annotated[
         int, Meta(ge=1, le=MAX_TIMEOUT, description="Seconds the sandbox lives before onTimeout applies.")
     ] = 3600

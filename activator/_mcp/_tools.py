@@ -82,7 +82,8 @@ class ControlTools:
         try:
             record = await self._activator.create(owner, request)
         except TemplateNotFound as exc:
-            known = ", ".join(sorted(self._templates))
+            catalog = self._activator.catalog
+            known = ", ".join([*sorted(catalog.builtins()), *(record.name for record in catalog.built(owner))])
             raise ToolError(f"{exc.message}; the templates are: {known}") from exc
         return self._described(record)
 
@@ -115,7 +116,8 @@ class ControlTools:
         return self._templates.get(record.template)
 
     def _template_lines(self) -> str:
-        return "\n".join(f"- {name}: {tpl.description}" for name, tpl in sorted(self._templates.items()))
+        builtins = self._activator.catalog.builtins()
+        return "\n".join(f"- {name}: {tpl.description}" for name, tpl in sorted(builtins.items()))
 
 
 def _listing(templates: str) -> tuple[types.Tool, ...]:

@@ -13,7 +13,7 @@ from litestar.response import Redirect
 from gateway.ui._auth import SessionDep
 from gateway.ui._context import SandboxIdPath, UiContext, UiDep
 from gateway.ui._render import page, sandbox_url_pattern
-from gateway.ui._views import pool_views, template_views
+from gateway.ui._views import own_template_views, pool_views, template_views
 
 __all__ = ["PAGE_ROUTES", "STATE_FILTERS", "parse_metadata"]
 
@@ -57,8 +57,14 @@ async def sandbox(
 
 @get("/templates")
 async def templates(ui: UiDep, session: SessionDep) -> Response[str]:
-    """Each template's definition, resources, warm pool target and idle policy."""
-    return page(ui, "templates.html", session=session, active="templates", templates=template_views(ui.services))
+    """Each template's definition, resources, warm pool target and idle policy; then the key's own templates
+    with their builds and logs (the page reloads itself while one is building)."""
+    own = own_template_views(ui.services, session.owner)
+    building = any(build.status in ("waiting", "building") for view in own for build in view.builds)
+    return page(
+        ui, "templates.html", session=session, active="templates", templates=template_views(ui.services), own=own,
+        building=building,
+    )  # fmt: skip
 
 
 @get("/pools")

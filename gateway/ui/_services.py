@@ -13,7 +13,16 @@ from typing import Any, Protocol
 
 import msgspec
 
-from activator import ActivatorSettings, ApiKey, LogLine, Page, SandboxRecord, SandboxState, TemplateCatalog
+from activator import (
+    ActivatorSettings,
+    ApiKey,
+    LogLine,
+    Page,
+    SandboxRecord,
+    SandboxState,
+    TemplateBuilds,
+    TemplateCatalog,
+)
 from pool import SandboxStats
 
 __all__ = ["KeyVerifier", "PoolStats", "UiActivator", "UiServices"]
@@ -29,6 +38,9 @@ class UiActivator(Protocol):
 
     @property
     def catalog(self) -> TemplateCatalog: ...
+
+    @property
+    def template_builds(self) -> TemplateBuilds: ...
 
     def get(self, owner: str, sandbox_id: str) -> SandboxRecord: ...
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from activator import ActivatorError, SandboxRecord, SandboxState
+from activator import ActivatorError, BuildRecord, SandboxRecord, SandboxState
 from gateway.ui._services import UiServices
 from pool import SandboxStats, Template
 
@@ -24,6 +24,7 @@ __all__ = [
     "TemplateView",
     "list_sandboxes",
     "one_sandbox",
+    "own_template_views",
     "pool_views",
     "sandbox_view",
     "template_views",
@@ -65,6 +66,19 @@ class PoolView(msgspec.Struct, kw_only=True):
     figures: dict[str, Any]
 
 
+class BuildView(msgspec.Struct, kw_only=True):
+    """One build of a key's own template: its status and the end of its log."""
+
+    build_id: str
+    status: str
+    tags: list[str]
+    created_at: float
+    finished_at: float | None
+    reason: str
+    reason_step: str | None
+    logs: list[str]  # the last `_BUILD_LOG_LINES` entries, "[step] message"
+
+
 class TemplateView(msgspec.Struct, kw_only=True):
     """One template, for the Templates page (rendered on the server)."""
 
@@ -81,6 +95,11 @@ class TemplateView(msgspec.Struct, kw_only=True):
     warm: int
     pause_after: str
     snapshot_after: str
+    template_id: str = ""  # a key's own template: its E2B templateID ("" for a built-in one)
+    builds: list[BuildView] = []  # a key's own template: its builds, newest first
+
+
+_BUILD_LOG_LINES = 200
 
 
 async def list_sandboxes(
@@ -133,13 +152,44 @@ def pool_views(services: UiServices) -> list[PoolView] | None:
 
 
 def template_views(services: UiServices) -> list[TemplateView]:
-    """Every template with its definition, its resources and its warm and idle settings."""
+    """Every built-in template with its definition, its resources and its warm and idle settings."""
     pools = {view.template: view.figures for view in pool_views(services) or []}
-    templates = services.activator.catalog.templates
+    templates = services.activator.catalog.builtins()
     return [
         _template_view(services, name, template, int(pools.get(name, {}).get("target", template.warm)))
         for name, template in sorted(templates.items())
     ]
+
+
+def own_template_views(services: UiServices, owner: str) -> list[TemplateView]:
+    """The templates `owner` built (the E2B Template SDK), each as its newest ready build made it, with every
+    build's status and log."""
+    activator = services.activator
+    views = []
+    for record in activator.catalog.built(owner):
+        builds = activator.template_builds.builds_of(owner, record.template_id)
+        ready = next((b.template for b in builds if b.template is not None), None)
+        view = _template_view(services, record.name, ready, 0) if ready else _unbuilt_view(record.name)
+        tags = {build_id: [t for t, b in record.tags.items() if b == build_id] for build_id in record.tags.values()}
+        view.template_id = record.template_id
+        view.builds = [_build_view(build, tags.get(build.build_id, [])) for build in builds]
+        views.append(view)
+    return views
+
+
+def _build_view(build: BuildRecord, tags: list[str]) -> BuildView:
+    return BuildView(
+        build_id=build.build_id, status=build.status, tags=tags, created_at=build.created_at,
+        finished_at=build.finished_at, reason=build.reason, reason_step=build.reason_step,
+        logs=[f"[{entry.step or '-'}] {entry.message}" for entry in build.logs[-_BUILD_LOG_LINES:]],
+    )  # fmt: skip
+
+
+def _unbuilt_view(name: str) -> TemplateView:
+    return TemplateView(
+        name=name, aliases=[], description="", layers=[], env={}, start=[], ports=[], user="", workdir="",
+        resources={}, warm=0, pause_after="", snapshot_after="",
+    )  # fmt: skip
 
 
 def _template_view(services: UiServices, name: str, template: Template, warm: int) -> TemplateView:
