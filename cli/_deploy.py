@@ -4,8 +4,7 @@
     agent-sandbox deploy --list                          the deployments, with state and URL
     agent-sandbox deploy --delete NAME                   delete one
 
-It is a client of a running server: `--url` (else `E2B_API_URL`, else http://127.0.0.1:3000) with `--key` (else
-`E2B_API_KEY`, else the server's `<data-dir>/api-key`). Unlike the other commands it does not need root.
+It is a client of a running server (`cli._server_client`: `--url`, `--key`). Unlike most commands it needs no root.
 Every failure is one line on stderr and exit status 1; the URL is the only line on stdout.
 """
 
@@ -22,12 +21,11 @@ import httpx
 
 from cli._deploy_errors import DeployError
 from cli._deploy_steps import Deployer
-from gateway import ServeSettings
+from cli._server_client import NoApiKey, add_server_arguments, server_and_key
 
 __all__ = ["DEPLOY_HELP", "add_deploy_arguments", "run_deploy"]
 
 DEPLOY_HELP = "publish a static site or a Node / Python app from a sandbox at a URL that sleeps when idle"
-DEFAULT_URL = "http://127.0.0.1:3000"
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _TIMEOUT = httpx.Timeout(30.0, read=120.0)  # a create, or a wake from a snapshot, takes well under that
 
@@ -37,12 +35,7 @@ def add_deploy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", nargs="?", type=Path, help="the site or app to deploy")
     parser.add_argument("--name", help="the deployment's name (default: the directory's name)")
     parser.add_argument("--port", type=int, help="the port the app listens on, given to it as PORT (default 8080)")
-    parser.add_argument("--url", help=f"the server (default: E2B_API_URL, else {DEFAULT_URL})")
-    parser.add_argument("--key", help="API key (default: E2B_API_KEY, else <data-dir>/api-key)")
-    parser.add_argument(
-        "--data-dir", type=Path, default=Path(os.environ.get("AGENT_SANDBOX_DATA_DIR") or ServeSettings().data_dir),
-        help="where a local server keeps its api-key file (default %(default)s)",
-    )  # fmt: skip
+    add_server_arguments(parser)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the deployments")
     action.add_argument("--delete", metavar="NAME", help="delete the deployment NAME")
@@ -50,9 +43,11 @@ def add_deploy_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_deploy(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> int:
     """Carry out `agent-sandbox deploy ARGS`; the exit status."""
-    url = args.url or environ.get("E2B_API_URL") or DEFAULT_URL
     try:
-        key = args.key or environ.get("E2B_API_KEY") or _key_file(args.data_dir)
+        url, key = server_and_key(args, environ)
+    except NoApiKey as exc:
+        return _fail(str(exc))
+    try:
         with (
             httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=_TIMEOUT) as api,
             httpx.Client(base_url=url, timeout=_TIMEOUT) as sandboxes,
@@ -86,15 +81,6 @@ def _dispatch(args: argparse.Namespace, deployer: Deployer) -> None:
 def _name_of(directory: Path) -> str:
     """A name from the directory's own name: lowercased, other characters turned into '-'."""
     return re.sub(r"[^a-z0-9]+", "-", directory.resolve().name.lower()).strip("-")[:63] or "site"
-
-
-def _key_file(data_dir: Path) -> str:
-    try:
-        return (data_dir / "api-key").read_text().strip()
-    except OSError as exc:
-        raise DeployError(
-            f"no API key: pass --key or set E2B_API_KEY (cannot read {data_dir / 'api-key'}: {exc.strerror})"
-        ) from exc
 
 
 def _fail(message: str) -> int:

@@ -1,17 +1,32 @@
-"""`agent-sandbox images build`: build template layers ahead of time (the first build takes a minute)."""
+"""`agent-sandbox templates build` (also `images build`): build the built-in templates' layers ahead of time.
+
+Layers built on the host (debootstrap, apt, pip) need only the image cache; a template with `run`, `npm` or
+`copy` layers is built by the local runtime, in build sandboxes under `--data-dir`, then started once.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
 from gateway import ServeSettings
-from pool import ImageBuildError, ImageStore, TemplateError, load_templates
+from pool import (
+    ImageBuildError,
+    ImageStore,
+    LocalRuntime,
+    LocalRuntimeSettings,
+    PoolError,
+    Template,
+    TemplateError,
+    load_templates,
+)
+from pool import has_sandboxed_layers as sandboxed
 
 __all__ = ["build_images"]
 
 
-def build_images(templates_dir: Path, cache: Path, names: list[str]) -> None:
+def build_images(templates_dir: Path, cache: Path, names: list[str], *, data_dir: Path) -> None:
     try:
         templates = load_templates(templates_dir)
     except TemplateError as exc:
@@ -19,9 +34,37 @@ def build_images(templates_dir: Path, cache: Path, names: list[str]) -> None:
     unknown = sorted(set(names) - templates.keys())
     if unknown:
         sys.exit(f"agent-sandbox: unknown templates: {', '.join(unknown)} (known: {', '.join(sorted(templates))})")
-    store = ImageStore(cache, ServeSettings().executor_source)
-    for name in names or sorted(templates):
-        try:
-            store.build(templates[name], log=lambda line: print(f"agent-sandbox: {line}", flush=True))
-        except ImageBuildError as exc:
-            sys.exit(f"agent-sandbox: {exc}")
+    chosen = [templates[name] for name in names or sorted(templates)]
+    settings = ServeSettings(data_dir=data_dir, image_cache=cache)
+    store = ImageStore(cache, settings.executor_source)
+    try:
+        for template in chosen:
+            if not sandboxed(template):
+                store.build(template, log=_print)
+        in_sandboxes = [template for template in chosen if sandboxed(template)]
+        if in_sandboxes:
+            asyncio.run(_build_in_sandboxes(settings, in_sandboxes))
+    except (ImageBuildError, PoolError) as exc:
+        sys.exit(f"agent-sandbox: {exc}")
+
+
+async def _build_in_sandboxes(settings: ServeSettings, templates: list[Template]) -> None:
+    runtime = LocalRuntime(
+        LocalRuntimeSettings(data_dir=settings.data_dir, image_cache=settings.image_cache,
+                             executor_source=settings.executor_source),
+        parent_cgroup=settings.cgroup_name,
+    )  # fmt: skip
+    try:
+        for template in templates:
+            await runtime.build_template(template, lambda _layer, _level, line: _print(line), files=_no_files,
+                                         within=3600)  # fmt: skip
+    finally:
+        runtime.close()
+
+
+def _no_files(files_hash: str) -> Path:
+    raise KeyError(f"a built-in template names uploaded files {files_hash}")
+
+
+def _print(line: str) -> None:
+    print(f"agent-sandbox: {line}", flush=True)

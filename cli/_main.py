@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
+from cli._server_client import add_server_arguments
 from gateway import ServeSettings
 
 __all__ = ["main"]
@@ -165,20 +166,40 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_common(commands.add_parser("doctor", help="check that this machine can run sandboxes, and how"))
 
-    images = commands.add_parser("images", help="build template layers")
-    image_commands = images.add_subparsers(dest="images_command", required=True)
-    build = image_commands.add_parser("build", help="build the layers of the named templates (default: all)")
+    images = commands.add_parser("images", help="build template layers (the same as `templates build`)")
+    _add_build(images.add_subparsers(dest="images_command", required=True), defaults)
+    templates = commands.add_parser(
+        "templates", help="build the built-in templates here; list or delete a running server's templates"
+    )
+    template_commands = templates.add_subparsers(dest="templates_command", required=True)
+    _add_build(template_commands, defaults)
+    add_server_arguments(template_commands.add_parser("list", help="the built-in templates and the key's own"))
+    delete = template_commands.add_parser("delete", help="delete one of the key's own templates (all its builds)")
+    delete.add_argument("name", help="the template's name or ID")
+    add_server_arguments(delete)
+    add_deploy_arguments(commands.add_parser("deploy", help=DEPLOY_HELP))
+    return parser
+
+
+def _add_build(commands: Any, defaults: ServeSettings) -> None:
+    build = commands.add_parser(
+        "build", help="build the layers of the named built-in templates (default: all); `run`, `npm` and `copy` "
+        "layers in build sandboxes"
+    )  # fmt: skip
     build.add_argument("names", nargs="*")
     _env_option(build, "--image-cache", defaults.image_cache, type=Path)
     _env_option(build, "--templates", defaults.templates, type=Path)
-    add_deploy_arguments(commands.add_parser("deploy", help=DEPLOY_HELP))
-    return parser
+    _add_common(build)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "deploy":  # a client of a running server: no root needed
         sys.exit(run_deploy(args))
+    if args.command == "templates" and args.templates_command != "build":  # a client too
+        from cli._template_commands import run_template_command
+
+        sys.exit(run_template_command(args))
     on_cluster = args.command == "serve" and args.runtime == "kubernetes"  # sandboxes are pods: no root needed
     if os.geteuid() != 0 and not on_cluster:
         sys.exit("agent-sandbox must run as root: it creates namespaces, cgroups and overlay mounts")
@@ -215,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             from cli._doctor import doctor
 
             sys.exit(doctor(ServeSettings(data_dir=Path(args.data_dir))))
-        case "images":
+        case "images" | "templates":
             from cli._image_commands import build_images
 
-            build_images(Path(args.templates), Path(args.image_cache), args.names)
+            build_images(Path(args.templates), Path(args.image_cache), args.names, data_dir=Path(args.data_dir))

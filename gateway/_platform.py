@@ -9,6 +9,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
@@ -45,6 +46,7 @@ from pool import (
     RuntimeCapabilities,
     Template,
     WarmPools,
+    has_sandboxed_layers,
     load_templates,
     open_kube_runtime,
     while_leading,
@@ -96,7 +98,18 @@ async def _build_missing_images(runtime: LocalRuntime, templates: dict[str, Temp
     for template in templates.values():
         if not runtime.images.is_built(template):
             _log.info("building the layers of template %r (once; later starts reuse them)", template.name)
-            await asyncio.to_thread(runtime.images.build, template, _log.info)
+            if has_sandboxed_layers(template):
+                await runtime.build_template(template, _log_build, files=_no_files, within=3600)
+            else:
+                await asyncio.to_thread(runtime.images.build, template, _log.info)
+
+
+def _log_build(_layer: int | None, _level: str, line: str) -> None:
+    _log.info("%s", line)
+
+
+def _no_files(files_hash: str) -> Path:
+    raise KeyError(f"a built-in template names uploaded files {files_hash}")
 
 
 @asynccontextmanager

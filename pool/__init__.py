@@ -61,6 +61,7 @@ from pool._templates import (
     RunLayer,
     Template,
     TemplateError,
+    has_sandboxed_layers,
     load_templates,
 )
 from pool._warm import WarmPools, WarmPoolStats, WarmRuntime
@@ -122,6 +123,7 @@ __all__ = [
     "WarmRuntime",
     "check_platform",
     "envd",
+    "has_sandboxed_layers",
     "kube_shapes",
     "load_templates",
     "open_kube_runtime",

@@ -27,6 +27,7 @@ __all__ = [
     "Template",
     "TemplateError",
     "UserName",
+    "has_sandboxed_layers",
     "load_templates",
 ]
 
@@ -110,6 +111,11 @@ class CopyLayer(_LayerConfig, kw_only=True, tag="copy"):
 Layer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer
 # The kinds built inside a build sandbox; the others are the operator's own and run as root in a host chroot.
 SANDBOXED_LAYERS = (RunLayer, NpmLayer, CopyLayer)
+
+
+def has_sandboxed_layers(template: Template) -> bool:
+    """Whether building `template` needs build sandboxes (a runtime), not only the image cache."""
+    return any(isinstance(layer, SANDBOXED_LAYERS) for layer in template.layers)
 
 
 class Resources(_Config, kw_only=True):
