@@ -25,7 +25,19 @@ from activator._template_files import TemplateFiles
 from activator._template_records import BuildLogEntry, BuildRecord, TemplateLedger, TemplateRecord
 from pool import PoolError, Template, TemplateBuilder, TemplateBuildFailed
 
-__all__ = ["MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "BuildFailure", "BuildNotFound", "TemplateBuilds"]
+
+class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What a build makes: the template, per layer the step it comes from ("base", "1".., ) and notes (what the
+    base turned out to be) for the build log."""
+
+    template: Template
+    labels: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+__all__ = [
+    "MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "BuildFailure", "BuildNotFound", "BuildPlan", "TemplateBuilds",
+]  # fmt: skip
 
 _log = logging.getLogger("activator")
 
@@ -153,11 +165,9 @@ class TemplateBuilds:
         builds = [b for b in self._builds.values() if b.template_id == template_id]
         return max(builds, key=lambda b: b.created_at) if builds else None
 
-    async def start(
-        self, owner: str, template_id: str, build_id: str, plan: Callable[[], tuple[Template, tuple[str, ...]]]
-    ) -> None:
-        """Run the waiting build: `plan()` gives its template and each layer's step label (raising BuildFailure
-        fails the build at that step instead). InvalidRequest when the build is not waiting."""
+    async def start(self, owner: str, template_id: str, build_id: str, plan: Callable[[], BuildPlan]) -> None:
+        """Run the waiting build: `plan()` gives its template, each layer's step label and notes for the log
+        (raising BuildFailure fails the build at that step instead). InvalidRequest when the build is not waiting."""
         self._ready()
         build = self.build(owner, template_id, build_id)
         if build.status != "waiting":
@@ -190,15 +200,16 @@ class TemplateBuilds:
 
     # the run
 
-    async def _run(self, owner: str, build: BuildRecord, plan: Callable[[], tuple[Template, tuple[str, ...]]]) -> None:
+    async def _run(self, owner: str, build: BuildRecord, plan: Callable[[], BuildPlan]) -> None:
         log = self._running[build.build_id]
         status: Literal["ready", "error"] = "error"
         template: Template | None = None
         failure: BuildFailure | None = None
         try:
-            planned, labels = plan()
-            planned = msgspec.structs.replace(planned, name=build_key(build.template_id, build.build_id))
-            template = await self._build(owner, planned, labels, log)
+            planned = plan()
+            log.extend(_entry(self._clock(), "info", note, "base") for note in planned.notes)
+            named = msgspec.structs.replace(planned.template, name=build_key(build.template_id, build.build_id))
+            template = await self._build(owner, named, planned.labels, log)
             status = "ready"
         except BuildFailure as exc:
             failure = exc

@@ -3,12 +3,23 @@ from them. The apt, pip and npm steps reach Debian's archive, PyPI and npm: the 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from e2b import Sandbox, Template, wait_for_port
+from e2b import (
+    AsyncTemplate,
+    Sandbox,
+    Template,
+    wait_for_file,
+    wait_for_port,
+    wait_for_process,
+    wait_for_timeout,
+    wait_for_url,
+)
 from e2b.exceptions import BuildException, SandboxException
 
 from tests.server_fixtures import RunningServer
@@ -109,3 +120,68 @@ def test_a_base_this_server_cannot_have_fails_at_base_naming_the_bases_that_work
     with pytest.raises(BuildException, match=r"'ubuntu:24\.04' is not available on this server") as failure:
         Template.build(template, f"ubuntu-{uuid.uuid4().hex[:8]}")
     assert "debian:bookworm" in str(failure.value)
+
+
+def test_the_async_sdk_builds_with_its_resources_skip_cache_and_a_dockerfile(
+    e2b_env: RunningServer, tmp_path: Path
+) -> None:
+    (tmp_path / "page.txt").write_text("from the dockerfile's context\n")
+    dockerfile = (
+        "FROM python:3.11\n"
+        "RUN echo dockerfile-run > /etc/dockerfile-run\n"
+        "ENV COLOUR=blue\n"
+        "WORKDIR /site\n"
+        "COPY page.txt .\n"
+        'CMD ["python3", "-m", "http.server", "8081"]\n'
+    )
+    template = (
+        Template(file_context_path=str(tmp_path)).from_dockerfile(dockerfile)
+        .set_ready_cmd(wait_for_url("http://localhost:8081/page.txt"))
+    )  # fmt: skip
+    name = f"async-{uuid.uuid4().hex[:8]}"
+
+    async def build_twice() -> tuple[list[str], list[str]]:
+        first: list[str] = []
+        await AsyncTemplate.build(
+            template, name, cpu_count=1, memory_mb=512, on_build_logs=lambda e: first.append(e.message)
+        )
+        forced: list[str] = []
+        await AsyncTemplate.build(template, name, skip_cache=True, on_build_logs=lambda e: forced.append(e.message))
+        return first, forced
+
+    try:
+        first, forced = asyncio.run(build_twice())
+        assert any("python:3.11 is a Debian bookworm root" in line for line in first)  # says what it used
+        assert not [line for line in forced if line.startswith("CACHED") and "RUN" in line]  # all rebuilt
+        sbx = Sandbox.create(name, timeout=60)
+        try:
+            info = sbx.get_info()
+            assert (info.cpu_count, info.memory_mb) == (2, 1024)  # the forced rebuild asked for the defaults
+            shown = sbx.commands.run("cat /etc/dockerfile-run; echo $COLOUR; pwd; curl -fs localhost:8081/page.txt")
+            assert shown.stdout.splitlines() == ["dockerfile-run", "blue", "/site", "from the dockerfile's context"]
+        finally:
+            sbx.kill()
+    finally:
+        httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
+
+
+@pytest.mark.parametrize(
+    ("ready", "wanted"),
+    [
+        (wait_for_file("/tmp/ready-file"), "touch /tmp/ready-file && sleep infinity"),
+        (wait_for_process("sleep"), "sleep infinity"),
+        (wait_for_timeout(1000), "sleep infinity"),
+    ],
+)
+def test_every_ready_helper_is_waited_for(e2b_env: RunningServer, ready: Any, wanted: str) -> None:
+    name = f"ready-{uuid.uuid4().hex[:8]}"
+    template = Template().from_template("base").set_start_cmd(wanted, ready)
+    try:
+        Template.build(template, name)
+        sbx = Sandbox.create(name, timeout=60)
+        try:
+            assert sbx.commands.run("pgrep -x sleep").exit_code == 0  # the start command runs when create returns
+        finally:
+            sbx.kill()
+    finally:
+        httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})

@@ -20,7 +20,7 @@ from activator._e2b._auth import EXCLUDE_FROM_AUTH
 from activator._e2b._state import ActivatorDep, OwnerDep
 from activator._e2b._template_steps import BaseRefused, BuildStart, plan_build
 from activator._errors import ActivatorError, InvalidRequest
-from activator._template_builds import BuildFailure
+from activator._template_builds import BuildFailure, BuildPlan
 from activator._template_files import MAX_TEMPLATE_FILES_BYTES
 from pool import Resources, Template
 
@@ -107,10 +107,10 @@ async def start_build(
     except BaseRefused as exc:
         failure = BuildFailure(str(exc), "base")
 
-    def plan() -> tuple[Template, tuple[str, ...]]:
+    def plan() -> BuildPlan:
         if failure is not None:
             raise failure
-        return planned.template, planned.labels
+        return planned
 
     await builds.start(owner, template_id, build_id, plan)
 

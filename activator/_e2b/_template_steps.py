@@ -19,9 +19,10 @@ from typing import Annotated, Literal
 import msgspec
 
 from activator._errors import ActivatorError, InvalidRequest
+from activator._template_builds import BuildPlan
 from pool import CopyLayer, DebootstrapLayer, Layer, Resources, RunLayer, Template
 
-__all__ = ["BASE_STEP", "FINALIZE_STEP", "BaseRefused", "BuildPlan", "BuildStart", "BuildStep", "plan_build"]
+__all__ = ["BASE_STEP", "FINALIZE_STEP", "BaseRefused", "BuildStart", "BuildStep", "plan_build"]
 
 BASE_STEP, FINALIZE_STEP = "base", "finalize"
 MAX_STEPS = 500
@@ -58,12 +59,6 @@ class BuildStart(msgspec.Struct, frozen=True, rename="camel", kw_only=True):
 
 class BaseRefused(Exception):
     """The base cannot be had here: the build fails at step `base` with this message."""
-
-
-class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
-    template: Template
-    labels: tuple[str, ...]  # per layer of `template`: the SDK step it comes from, or "base"
-    notes: tuple[str, ...]  # what the base turned out to be, for the build log
 
 
 def plan_build(
