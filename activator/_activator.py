@@ -46,7 +46,7 @@ from activator._records import (
 from activator._settings import ActivatorSettings
 from activator._store import Store, decode_cursor, encode_cursor
 from activator._telemetry import Telemetry
-from activator._template_builds import TemplateBuilds
+from activator._template_builds import TemplateBuilds, WarmBuilds
 from activator._template_files import TemplateFiles
 from activator._template_records import TemplateLedger
 from activator._transitions import Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
@@ -76,6 +76,7 @@ class TemplateBuildSource(NamedTuple):
     ledger: TemplateLedger | None = None
     builder: TemplateBuilder | None = None
     files: TemplateFiles | None = None
+    warm: WarmBuilds | None = None  # where tagged builds get warm pools (`ActivatorSettings.warm_builds` each)
 
 
 class Page(NamedTuple):
@@ -111,8 +112,9 @@ class Activator:
         self.catalog = TemplateCatalog(templates, settings.template_aliases, loaded_at=clock())
         source = builds or TemplateBuildSource()
         self.template_builds = TemplateBuilds(
-            self.catalog, source.ledger, source.builder, source.files, clock=clock, build_timeout=settings.build_timeout
-        )
+            self.catalog, source.ledger, source.builder, source.files, clock=clock,
+            build_timeout=settings.build_timeout, warm=source.warm, warm_target=settings.warm_builds,
+        )  # fmt: skip
         self.telemetry = Telemetry()
         self._store = store
         self._runtime = runtime

@@ -36,6 +36,7 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     domain: str | None = None  # where sandbox ports are served, `<port>-<id>.<domain>`; reported to SDKs
     client_id: str = "agent-sandbox"  # E2B's deprecated but required `clientID`
     default_internet: bool = True  # a create without `allow_internet_access` reaches the internet (E2B's default)
+    warm_builds: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0  # warm sandboxes per tagged build of a key's template
     build_timeout: _Positive = 3600.0  # seconds one template build may take, from its first layer to its trial start
     template_aliases: dict[str, str] = {}  # extra template names, e.g. {"code-interpreter-v1": "code-interpreter"}
 

@@ -15,7 +15,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -37,6 +37,7 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 __all__ = [
     "MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "BuildFailure", "BuildNotFound", "BuildPlan", "TemplateBuilds",
+    "WarmBuilds",
 ]  # fmt: skip
 
 _log = logging.getLogger("activator")
@@ -59,8 +60,20 @@ class BuildFailure(Exception):
         self.step = step
 
 
+class WarmBuilds(Protocol):
+    """Warm pools that take templates after the start (`pool.WarmPools`): the tagged builds of keys' templates."""
+
+    def add(self, template: Template, target: int) -> None: ...
+
+    async def remove(self, name: str) -> None: ...
+
+
 class TemplateBuilds:
-    """The templates and builds of every key: requests, runs, status, tags and deletion."""
+    """The templates and builds of every key: requests, runs, status, tags and deletion.
+
+    With `warm` pools and `warm_target` > 0, every build a tag names keeps that many sandboxes started (its start
+    and ready commands done), so a create from it is a claim, as E2B's creates from a snapshot of the ready build.
+    """
 
     def __init__(
         self,
@@ -71,6 +84,8 @@ class TemplateBuilds:
         *,
         clock: Callable[[], float],
         build_timeout: float,
+        warm: WarmBuilds | None = None,
+        warm_target: int = 0,
     ) -> None:
         self.files = files
         self._catalog = catalog
@@ -82,6 +97,9 @@ class TemplateBuilds:
         self._running: dict[str, list[BuildLogEntry]] = {}  # build id -> its log so far
         self._pending_tags: dict[str, list[str]] = {}  # build id -> the tags it gets once ready
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_BUILDS)
+        self._warm = warm if warm_target > 0 else None
+        self._warm_target = warm_target
+        self._pooled: dict[str, set[str]] = {}  # template id -> the build keys given a warm pool
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -108,6 +126,7 @@ class TemplateBuilds:
                     await self._ledger.put_build(build)
                 self._builds[build.build_id] = build
             self._catalog.put_built(record, builds)
+            await self._sync_pools(record)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -183,6 +202,7 @@ class TemplateBuilds:
         record = self.template(owner, reference)
         await self._ready().delete_template(record.template_id)
         self._catalog.remove_built(record.template_id)
+        await self._sync_pools(msgspec.structs.replace(record, tags={}))
 
     async def assign_tags(self, owner: str, target: str, tags: list[str]) -> str:
         """Point `tags` at the build `target` (`name:tag`) names; the build id."""
@@ -277,11 +297,26 @@ class TemplateBuilds:
                                              updated_at=now)  # fmt: skip
             await ledger.put_template(record)
             self._catalog.put_built(record, [done])
+            await self._sync_pools(record)
 
     async def _retag(self, record: TemplateRecord, tags: dict[str, str]) -> None:
         record = msgspec.structs.replace(record, tags=tags, updated_at=self._clock())
         await self._ready().put_template(record)
         self._catalog.put_built(record, [b for b in self._builds.values() if b.template_id == record.template_id])
+        await self._sync_pools(record)
+
+    async def _sync_pools(self, record: TemplateRecord) -> None:
+        """Give the builds the template's tags name a warm pool, and take it from those they no longer name."""
+        if self._warm is None:
+            return
+        wanted = {build_key(record.template_id, build_id) for build_id in record.tags.values()}
+        wanted &= set(self._catalog.templates)
+        had = self._pooled.get(record.template_id, set())
+        for name in sorted(wanted - had):
+            self._warm.add(self._catalog.templates[name], self._warm_target)
+        for name in sorted(had - wanted):
+            await self._warm.remove(name)
+        self._pooled[record.template_id] = wanted
 
     def _ready(self) -> TemplateLedger:
         if self.refusal:

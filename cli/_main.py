@@ -134,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
         "--warm", type=_warm_target, action="append", default=_env_warm(), metavar="TEMPLATE=N",
         help="keep N started sandboxes of TEMPLATE ready for creates (repeatable; env AGENT_SANDBOX_WARM=a=1,b=2)",
     )
+    _env_option(serve, "--warm-builds", defaults.warm_builds, type=int, metavar="N",
+        help="keep N started sandboxes ready of every tagged build of the keys' own templates (default %(default)s)")
     _env_option(serve, "--hold-deadline", defaults.hold_deadline, type=float,
         help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)")
     serve.add_argument("--sandbox-dns", type=_address, action="append", default=_env_list("--sandbox-dns", _address),
@@ -215,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     tls_cert=args.tls_cert and Path(args.tls_cert), tls_key=args.tls_key and Path(args.tls_key),
                     pause_after=args.pause_after, snapshot_after=args.snapshot_after,
                     max_held=int(args.max_held), hold_deadline=float(args.hold_deadline), warm=dict(args.warm),
+                    warm_builds=int(args.warm_builds),
                     runtime=args.runtime, kubeconfig=args.kubeconfig and Path(args.kubeconfig),
                     namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
                     kube_sandbox_service_account=args.kube_sandbox_service_account,

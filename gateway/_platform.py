@@ -133,8 +133,8 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         if isinstance(runtime, KubernetesRuntime) and isinstance(pools, KubeWarmPools):
             runtime.set_warm_source(pools.claim_for)  # a resume from zero adopts a warm pod when one is ready
         builds = (
-            TemplateBuildSource(store, runtime, TemplateFiles(settings.data_dir / "template-files"))
-            if isinstance(runtime, LocalRuntime) and isinstance(store, SqliteStore)
+            TemplateBuildSource(store, runtime, TemplateFiles(settings.data_dir / "template-files"), pools)
+            if isinstance(runtime, LocalRuntime) and isinstance(store, SqliteStore) and isinstance(pools, WarmPools)
             else TemplateBuildSource()  # kubernetes: a template is an image there, and no registry is configured
         )
         activator = Activator(
@@ -252,7 +252,7 @@ def _activator_settings(settings: ServeSettings) -> ActivatorSettings:
     values = {
         "domain": settings.domain, "pause_after": settings.pause_after, "snapshot_after": settings.snapshot_after,
         "max_held": settings.max_held, "hold_deadline": settings.hold_deadline,
-        "default_internet": settings.sandbox_internet,
+        "default_internet": settings.sandbox_internet, "warm_builds": settings.warm_builds,
     }  # fmt: skip
     return msgspec.convert(values, ActivatorSettings)
 

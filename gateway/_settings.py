@@ -32,6 +32,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_held: int = 10_000  # requests held for waking sandboxes at once, in total; past it 503 + Retry-After
     hold_deadline: float = 60.0  # seconds a held request waits for its sandbox; past it 504
     warm: dict[str, int] = {}  # ready sandboxes kept per template, over the templates' own `warm`
+    warm_builds: int = 0  # ready sandboxes kept per tagged build of a key's own template (local runtime)
     runtime: Literal["local", "kubernetes"] = "local"
     kubeconfig: Path | None = None  # kubernetes: None means in-cluster (the pod's ServiceAccount)
     namespace: str | None = None  # kubernetes: None means the kubeconfig's (or the pod's) namespace, else "default"

@@ -126,6 +126,26 @@ class WarmPools:
         self._notify()
         return None
 
+    def add(self, template: Template, target: int) -> None:
+        """Keep `target` sandboxes ready of a template that came after the start (a key's build); ValueError past
+        the largest pool."""
+        if self._closed or target <= 0 or template.name in self._pools:
+            return
+        target = resolve_targets({template.name: template}, {template.name: target})[template.name]
+        self._pools[template.name] = TemplatePool(template, target)
+        self._wanted.set()
+        self._notify()
+
+    async def remove(self, name: str) -> None:
+        """Stop keeping sandboxes of template `name` (its ready ones are stopped; one starting, once it has)."""
+        pool = self._pools.pop(name, None)
+        if pool is None:
+            return
+        unclaimed = list(pool.ready)
+        pool.ready.clear()
+        self._notify()
+        await asyncio.gather(*(self._stop(sandbox_id) for sandbox_id in unclaimed))
+
     def forget(self, sandbox_id: str) -> bool:
         """Drop a warm sandbox whose processes ended on their own (the runtime's exit listener); True if it was one."""
         for pool in self._pools.values():
@@ -226,7 +246,10 @@ class WarmPools:
             now = time.monotonic()
             average = self._start_seconds
             self._start_seconds = now - began if average is None else 0.8 * average + 0.2 * (now - began)
-            pool.started(sandbox_id, now)
+            if self._pools.get(template.name) is pool:
+                pool.started(sandbox_id, now)
+            else:  # the pool was removed while this one started
+                await self._stop(sandbox_id)
         finally:
             pool.starting -= 1
             self._notify()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ from e2b import (
     wait_for_url,
 )
 from e2b.exceptions import BuildException, SandboxException
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server_fixtures import RunningServer
+from tests.polling import wait_for
+from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 from tests.ui_fixtures import new_key, sign_in
 
 
@@ -185,3 +188,38 @@ def test_every_ready_helper_is_waited_for(e2b_env: RunningServer, ready: Any, wa
             sbx.kill()
     finally:
         httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
+
+
+@pytest.fixture(scope="module")
+def warm_builds_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with server_in_temp_dir(tmp_path_factory, "warm-builds", "--warm-builds", "1") as running:
+        yield running
+
+
+def _pool_figure(server: RunningServer, field: str, template: str) -> float:
+    metrics = httpx.get(f"{server.url}/metrics", headers={"X-API-Key": server.api_key}).text
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == f"agent_sandbox_warm_pool_{field}" and sample.labels.get("template") == template:
+                return sample.value
+    return 0.0
+
+
+def test_with_warm_builds_a_tagged_build_keeps_a_ready_sandbox_and_a_create_claims_it(
+    warm_builds_server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    point_e2b_at(warm_builds_server, monkeypatch)
+    name = f"warm-{uuid.uuid4().hex[:8]}"
+    template = Template().from_template("base").set_start_cmd("touch /tmp/warm-started && sleep infinity",
+                                                              wait_for_file("/tmp/warm-started"))  # fmt: skip
+    info = Template.build(template, f"{name}:v1")
+    pooled = f"{info.template_id}/{info.build_id}"
+    wait_for(lambda: _pool_figure(warm_builds_server, "ready", pooled) == 1, what="the build's warm sandbox")
+    sbx = Sandbox.create(f"{name}:v1", timeout=60)
+    try:
+        assert _pool_figure(warm_builds_server, "claims_total", pooled) == 1
+        assert sbx.commands.run("ls /tmp/warm-started").exit_code == 0
+    finally:
+        sbx.kill()
+    httpx.delete(f"{warm_builds_server.url}/templates/{name}", headers={"X-API-Key": warm_builds_server.api_key})
+    wait_for(lambda: _pool_figure(warm_builds_server, "target", pooled) == 0, what="the deleted build's pool to go")
