@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import socket
 from collections.abc import Callable
@@ -17,6 +18,7 @@ __all__ = [
     "BuildLog",
     "EgressRules",
     "ExecutorInit",
+    "RegistryLogin",
     "Runtime",
     "RuntimeCapabilities",
     "SandboxSpec",
@@ -125,17 +127,32 @@ BuildLog = Callable[[int | None, str, str], None]
 level: "debug" | "info" | "warn" | "error"; one line of text)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RegistryLogin:
+    """A registry's username and password for the pull of one build's base image (E2B's `fromImageRegistry`);
+    held in memory for that build only, never in a template, a record or a log (the repr hides the password)."""
+
+    username: str
+    password: str = dataclasses.field(repr=False)
+
+
 class TemplateBuilder(Protocol):
     """Builds templates on a runtime that can (the local one): every missing layer, then a trial start."""
 
     async def build_template(
-        self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
+        self,
+        template: Template,
+        log: BuildLog,
+        *,
+        files: Callable[[str], Path],
+        within: float,
+        registry: RegistryLogin | None = None,
     ) -> Template:
         """Build `template`'s missing layers, each sandboxed one in a build sandbox of its own with egress, then
         start it once to see its start and ready commands succeed; the template as built (what a runtime pins
         while building, e.g. an image's digest, filled in), which is what its sandboxes must start from.
-        `files(hash)` is the archive a `CopyLayer` names; `within` bounds the whole build in seconds.
-        TemplateBuildFailed names the layer that failed."""
+        `files(hash)` is the archive a `CopyLayer` names; `within` bounds the whole build in seconds; `registry`
+        logs in to pull an `OciLayer`'s image. TemplateBuildFailed names the layer that failed."""
 
 
 class Runtime(Protocol):

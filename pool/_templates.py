@@ -21,6 +21,7 @@ __all__ = [
     "DebootstrapLayer",
     "Layer",
     "NpmLayer",
+    "OciLayer",
     "PipLayer",
     "Resources",
     "RunLayer",
@@ -108,7 +109,28 @@ class CopyLayer(_LayerConfig, kw_only=True, tag="copy"):
     rebuild: str = ""
 
 
-Layer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer
+# A container image reference as Docker spells it: [registry[:port]/]path[:tag][@sha256:digest].
+_IMAGE = (
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+
+
+class OciLayer(_LayerConfig, kw_only=True, tag="oci"):
+    """A container image from a registry, its layers applied in order into one directory: a template's base.
+
+    `digest` is the manifest digest (of this machine's platform) the reference was pinned to when a build
+    began ("" until then), so it, not the tag, is the layer's identity: a moved tag makes a new layer, a
+    pinned one never changes. Registry credentials are never part of a layer (they would be in its key, its
+    record and the logs); a build passes them to the pull only.
+    """
+
+    image: Annotated[str, msgspec.Meta(pattern=_IMAGE, max_length=1000)]
+    digest: Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")] = ""
+
+
+Layer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer | OciLayer
 # The kinds built inside a build sandbox; the others are the operator's own and run as root in a host chroot.
 SANDBOXED_LAYERS = (RunLayer, NpmLayer, CopyLayer)
 

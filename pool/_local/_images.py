@@ -1,6 +1,7 @@
 """Template layers on disk: built once into the image cache, then shared read-only by every sandbox.
 
-A layer is a directory. The bottom one is a Debian root made by debootstrap; each layer above it is the
+A layer is a directory. The bottom one is a Debian root made by debootstrap, or a container image pulled from a
+registry and unpacked (`OciLayer`, `_oci`); each layer above it is the
 overlayfs upper directory left by installing something (apt, pip) over the layers below, so whiteouts and
 opaque directories stack the way Docker's overlay2 layers do. On top of every template sits the executor
 layer: the in-sandbox daemon and the two wheels it needs, under /opt/agent-sandbox.
@@ -26,9 +27,18 @@ from pathlib import Path
 import msgspec
 
 from pool._errors import ImageBuildError
-from pool._local._layer_steps import EXECUTOR_DEPENDENCIES, build_debootstrap, install_executor, run_in_overlay
+from pool._local._layer_steps import (
+    EXECUTOR_DEPENDENCIES,
+    build_debootstrap,
+    build_oci,
+    install_executor,
+    install_executor_wheels,
+    run_in_overlay,
+)
+from pool._local._oci_root import ImageUnfit, inspect_root
 from pool._local._userns import IDS_PER_SANDBOX
-from pool._templates import SANDBOXED_LAYERS, AptLayer, DebootstrapLayer, Layer, PipLayer, Template
+from pool._runtime import RegistryLogin
+from pool._templates import SANDBOXED_LAYERS, AptLayer, DebootstrapLayer, Layer, OciLayer, PipLayer, Template
 
 __all__ = ["ImageStore", "shift_ids"]
 
@@ -76,22 +86,24 @@ class ImageStore:
     def has(self, key: str) -> bool:
         return (self._layers / key).is_dir()
 
-    def build(self, template: Template, log: Log = print) -> list[Path]:
+    def build(self, template: Template, log: Log = print, *, registry: RegistryLogin | None = None) -> list[Path]:
         """Build whatever layers of `template` are missing (blocking; minutes for a fresh base).
 
         Only the host-built kinds: a missing sandboxed layer (`SANDBOXED_LAYERS`) is an ImageBuildError here;
-        the runtime's template builder (`pool._local._template_builder`) makes those.
+        the runtime's template builder (`pool._local._template_builder`) makes those. `registry` logs in to
+        pull an `OciLayer`'s image.
         """
         self._layers.mkdir(parents=True, exist_ok=True)
         with self._locked():
             built: list[Path] = []
+            base = template.layers[0]
             for key, layer in self.plan(template):
                 target = self._layers / key
                 if not target.is_dir():
                     if isinstance(layer, SANDBOXED_LAYERS):
                         raise ImageBuildError(f"layer {key} of template {template.name!r} is built in a sandbox")
                     log(f"building layer {key} for template {template.name!r}: {_describe(layer)}")
-                    self._build_one(layer, target, built)
+                    self._build_one(layer, target, built, base=base, registry=registry, log=log)
                 built.append(target)
         return built[::-1]
 
@@ -118,17 +130,28 @@ class ImageStore:
             shutil.rmtree(work, ignore_errors=True)
         return target
 
-    def _build_one(self, layer: Layer | None, target: Path, below: list[Path]) -> None:
+    def _build_one(
+        self, layer: Layer | None, target: Path, below: list[Path], *, base: Layer, registry: RegistryLogin | None,
+        log: Log,
+    ) -> None:  # fmt: skip
         work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=self._layers))
         try:
             upper = work / "layer"
             match layer:
                 case DebootstrapLayer():
                     build_debootstrap(layer, upper)
+                case OciLayer():
+                    build_oci(layer, upper, work, registry, log)
                 case AptLayer(packages=packages):
                     run_in_overlay(below[::-1], upper, work, _apt_script(packages))
                 case PipLayer(venv=venv, packages=packages):
                     run_in_overlay(below[::-1], upper, work, _pip_script(venv, packages))
+                case None if isinstance(base, OciLayer):
+                    try:
+                        facts = inspect_root(below[0])
+                    except ImageUnfit as exc:
+                        raise ImageBuildError(f"image {base.image!r} cannot be a sandbox's base here: {exc}") from exc
+                    install_executor_wheels(self._executor_source, facts, upper)
                 case None:
                     install_executor(self._executor_source, below[0], upper, work)
                 case _:
@@ -172,6 +195,8 @@ def _describe(layer: Layer | None) -> str:
     match layer:
         case DebootstrapLayer(suite=suite, packages=packages):
             return f"debootstrap {suite} + {len(packages)} packages"
+        case OciLayer(image=image, digest=digest):
+            return f"image {image}@{digest}"
         case AptLayer(packages=packages) | PipLayer(packages=packages):
             return f"{_kind(layer)} {' '.join(packages)}"
         case None:

@@ -28,7 +28,15 @@ from pool._local._criu_sandbox import checkpoint, restore
 from pool._local._sandbox import Sandbox, load_sandbox
 from pool._local._snapshots import CriuSupport, drop_image, settle, snapshot_bytes
 from pool._local._template_builder import LocalTemplateBuilder
-from pool._runtime import BuildLog, EgressRules, RuntimeCapabilities, SandboxSpec, SnapshotInfo, SnapshotKind
+from pool._runtime import (
+    BuildLog,
+    EgressRules,
+    RegistryLogin,
+    RuntimeCapabilities,
+    SandboxSpec,
+    SnapshotInfo,
+    SnapshotKind,
+)
 from pool._template_start import wait_for_ports
 from pool._templates import Template
 
@@ -46,10 +54,16 @@ class LocalRuntime(LocalSandboxes):
         self._builder = LocalTemplateBuilder(self)
 
     async def build_template(
-        self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
+        self,
+        template: Template,
+        log: BuildLog,
+        *,
+        files: Callable[[str], Path],
+        within: float,
+        registry: RegistryLogin | None = None,
     ) -> Template:
         """`pool.TemplateBuilder`: layers built here, the sandboxed ones in build sandboxes (`_template_builder`)."""
-        return await self._builder.build_template(template, log, files=files, within=within)
+        return await self._builder.build_template(template, log, files=files, within=within, registry=registry)
 
     def capabilities(self) -> RuntimeCapabilities:
         """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""

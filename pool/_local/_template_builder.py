@@ -8,6 +8,12 @@ layer (`ImageStore.commit`). Host-built kinds (debootstrap, apt, pip of the oper
 by the `ImageStore` as before. A layer already in the cache is reused, so a rebuild with one changed step
 rebuilds from that step on. Last, the finished template is started once: its start commands must run and its
 ready command succeed, as every sandbox created from it will need.
+
+An `OciLayer` is pinned first: its reference resolved to a manifest digest (`_oci.pin`) before any layer key is
+computed, so the keys, the cache and the template returned (what sandboxes start from) name that digest, never
+a tag that may move. The image's `Env` goes under the template's and its steps' environment, and its
+`WorkingDir` becomes the working directory where the plan left it to the image (""; E2B's /home/user when the
+image sets none); its `User` is not used, E2B's `user` is.
 """
 
 from __future__ import annotations
@@ -25,16 +31,18 @@ import msgspec
 from executor.envd import ENVD_PORT, DataEvent
 from pool._errors import ImageBuildError, PoolError, RuntimeFailure, TemplateBuildFailed
 from pool._executor_client import run_command, write_file
+from pool._local import _oci
 from pool._local._core import LocalSandboxes
 from pool._local._layer_steps import EXECUTOR_HOME
-from pool._runtime import BuildLog, EgressRules, ExecutorInit, SandboxSpec
-from pool._templates import CopyLayer, Layer, NpmLayer, RunLayer, Template
+from pool._runtime import BuildLog, EgressRules, ExecutorInit, RegistryLogin, SandboxSpec
+from pool._templates import CopyLayer, Layer, NpmLayer, OciLayer, RunLayer, Template
 
 __all__ = ["LocalTemplateBuilder"]
 
 _ARCHIVE = "/tmp/.agent-sandbox-copy.tar"
 _CLEANUP = "rm -rf /tmp/* /tmp/.[!.]* /root/.cache /root/.npm/_cacache /var/cache/apt/*.bin; true"
 _OUTPUT_TAIL = 2000  # characters of a failed step's output in the error
+_DEFAULT_WORKDIR = "/home/user"  # E2B's, where an image names no WorkingDir
 
 
 class LocalTemplateBuilder:
@@ -44,10 +52,17 @@ class LocalTemplateBuilder:
         self._sandboxes = sandboxes
 
     async def build_template(
-        self, template: Template, log: BuildLog, *, files: Callable[[str], Path], within: float
+        self,
+        template: Template,
+        log: BuildLog,
+        *,
+        files: Callable[[str], Path],
+        within: float,
+        registry: RegistryLogin | None = None,
     ) -> Template:
         images = self._sandboxes.images
         deadline = time.monotonic() + within
+        template = await self._pin(template, log, registry)
         plan = images.plan(template)
         for index, (key, layer) in enumerate(plan[:-1]):
             if images.has(key):
@@ -55,7 +70,7 @@ class LocalTemplateBuilder:
                 continue
             started = time.monotonic()
             if not isinstance(layer, RunLayer | NpmLayer | CopyLayer):
-                await self._host_layers(template, index + 1, log)
+                await self._host_layers(template, index + 1, log, registry)
             elif index == 0:
                 raise TemplateBuildFailed(f"{_describe(layer)} has no base layer below it", layer=index)
             else:
@@ -66,11 +81,47 @@ class LocalTemplateBuilder:
         await self._trial_start(template, log, deadline)
         return template
 
-    async def _host_layers(self, template: Template, count: int, log: BuildLog) -> None:
+    async def _pin(self, template: Template, log: BuildLog, registry: RegistryLogin | None) -> Template:
+        """`template` with its unpinned `OciLayer` base resolved to a digest, seeded with the image's config."""
+        base = template.layers[0] if template.layers else None
+        if not isinstance(base, OciLayer) or base.digest:
+            return template
+        try:
+            pinned = await asyncio.to_thread(_oci.pin, base.image, registry, lambda line: log(0, "info", line))
+        except _oci.RegistryError as exc:
+            raise TemplateBuildFailed(_oci.unavailable(base.image, exc), layer=0) from exc
+        log(0, "info", f"base: {base.image} is {pinned.digest}")
+        workdir = pinned.workdir if pinned.workdir not in ("", "/") else _DEFAULT_WORKDIR
+
+        def seeded(layer: Layer) -> Layer:
+            match layer:
+                case OciLayer():
+                    return msgspec.structs.replace(layer, digest=pinned.digest)
+                case RunLayer():
+                    return msgspec.structs.replace(
+                        layer, env={**pinned.env, **layer.env}, workdir=layer.workdir or workdir
+                    )
+                case CopyLayer():
+                    return msgspec.structs.replace(layer, workdir=layer.workdir or workdir)
+                case _:
+                    return layer
+
+        return msgspec.structs.replace(
+            template, layers=tuple(seeded(layer) for layer in template.layers), env={**pinned.env, **template.env},
+            workdir=template.workdir or workdir,
+        )  # fmt: skip
+
+    async def _host_layers(
+        self, template: Template, count: int, log: BuildLog, registry: RegistryLogin | None = None
+    ) -> None:
         """Build the `count` lowest layers and the executor layer over them (all but the host-built ones are)."""
         below = msgspec.structs.replace(template, layers=template.layers[:count])
+
+        def build() -> list[Path]:
+            return self._sandboxes.images.build(below, lambda line: log(count - 1, "info", line), registry=registry)
+
         try:
-            await asyncio.to_thread(self._sandboxes.images.build, below, lambda line: log(count - 1, "info", line))
+            await asyncio.to_thread(build)
         except ImageBuildError as exc:
             raise TemplateBuildFailed(str(exc), layer=count - 1) from exc
 
@@ -175,6 +226,8 @@ def _describe(layer: Layer | None) -> str:
             return f"npm install {' '.join(packages)}"
         case CopyLayer(source=source, dest=dest):
             return f"COPY {source} {dest}"
+        case OciLayer(image=image, digest=digest):
+            return f"image {image}@{digest}"
         case None:
             return "the executor layer"
         case _:
