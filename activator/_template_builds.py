@@ -23,7 +23,7 @@ from activator._catalog import DEFAULT_TAG, TemplateCatalog, build_key
 from activator._errors import ActivatorError, InvalidRequest, NotSupported
 from activator._template_files import TemplateFiles
 from activator._template_records import BuildLogEntry, BuildRecord, TemplateLedger, TemplateRecord
-from pool import PoolError, Template, TemplateBuilder, TemplateBuildFailed
+from pool import PoolError, RegistryLogin, Template, TemplateBuilder, TemplateBuildFailed
 
 
 class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,6 +33,7 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
     template: Template
     labels: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    registry: RegistryLogin | None = None  # the base image's registry login, for its pull only (never stored)
 
 
 __all__ = [
@@ -229,7 +230,7 @@ class TemplateBuilds:
             planned = plan()
             log.extend(_entry(self._clock(), "info", note, "base") for note in planned.notes)
             named = msgspec.structs.replace(planned.template, name=build_key(build.template_id, build.build_id))
-            template = await self._build(owner, named, planned.labels, log)
+            template = await self._build(owner, named, planned.labels, log, planned.registry)
             status = "ready"
         except BuildFailure as exc:
             failure = exc
@@ -243,7 +244,12 @@ class TemplateBuilds:
             await self._finish(owner, build, status, template, failure, log)
 
     async def _build(
-        self, owner: str, template: Template, labels: tuple[str, ...], log: list[BuildLogEntry]
+        self,
+        owner: str,
+        template: Template,
+        labels: tuple[str, ...],
+        log: list[BuildLogEntry],
+        registry: RegistryLogin | None = None,
     ) -> Template:
         """The template as built; BuildFailure naming the failed step."""
         assert self._builder is not None
@@ -260,8 +266,9 @@ class TemplateBuilds:
                 files = self.files
                 assert files is not None
                 return await self._builder.build_template(
-                    template, record, files=lambda files_hash: files.path(owner, files_hash), within=self._build_timeout
-                )
+                    template, record, files=lambda files_hash: files.path(owner, files_hash),
+                    within=self._build_timeout, registry=registry,
+                )  # fmt: skip
             except TemplateBuildFailed as exc:
                 step = labels[exc.layer] if exc.layer is not None and exc.layer < len(labels) else "finalize"
                 raise BuildFailure(str(exc), step) from exc

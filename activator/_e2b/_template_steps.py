@@ -7,6 +7,13 @@ sandboxes; WORKDIR and USER make the directory or the user (as E2B does) and app
 layer carries the SDK's step number as its label, so a failure points at the user's own line; the base's
 layers are labelled `base`. A step with `force` (`skip_cache`) gets the build's id in its identity, so it and
 every layer above it are built again.
+
+Bases: `e2bdev/base`, `debian:<suite>`, `python:3.11|3.13` and `node:*` are built here from Debian's archive
+(no registry needed); any other image, and any image given with registry credentials, is pulled from its
+registry (`pool.OciLayer`, pinned to a digest when the build starts), followed by E2B's user step: `user`
+(uid 1000 where free, home /home/user) made with the image's useradd in a build sandbox. Its working
+directory stays "" in the plan, for the build to fill in with the image's WorkingDir. Credentials
+(`fromImageRegistry` of type `registry`) travel in the plan to the pull only; `aws` and `gcp` are refused.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import msgspec
 
 from activator._errors import ActivatorError, InvalidRequest
 from activator._template_builds import BuildPlan
-from pool import CopyLayer, DebootstrapLayer, Layer, Resources, RunLayer, Template
+from pool import CopyLayer, DebootstrapLayer, Layer, OciLayer, RegistryLogin, Resources, RunLayer, Template
 
 __all__ = ["BASE_STEP", "FINALIZE_STEP", "BaseRefused", "BuildStart", "BuildStep", "plan_build"]
 
@@ -35,6 +42,16 @@ _DEBIAN_SUITES = {
 }  # fmt: skip
 _PYTHON_SUITES = {"3.11": "bookworm", "3.13": "trixie", "3": "trixie", "latest": "trixie"}
 E2B_BASE = "sandbox-base-node"  # what `e2bdev/base` (and `Template()`) is here: Debian 12, Python 3.11, Node.js
+# E2B's user step over a pulled image, as root in a build sandbox: `user` with uid 1000 unless the image has
+# given that uid away, and the names a sandbox's loopback needs (an image's /etc/hosts is Docker's to write).
+_IMAGE_SETUP = """if ! id -u user >/dev/null 2>&1; then
+  if getent passwd 1000 >/dev/null; then uid=""; else uid="--uid 1000"; fi
+  if getent group user >/dev/null; then group="-g user"; else group="--user-group"; fi
+  useradd --create-home $uid $group --shell /bin/bash user
+fi
+mkdir -p /home/user && chown user: /home/user
+grep -qs localhost /etc/hosts || printf '127.0.0.1 localhost sandbox\\n::1 localhost\\n' >> /etc/hosts
+echo sandbox > /etc/hostname"""
 
 
 class BuildStep(msgspec.Struct, frozen=True, rename="camel", kw_only=True):
@@ -66,7 +83,7 @@ def plan_build(
 ) -> BuildPlan:
     """The template `body` describes, named `name`; BaseRefused when its base is not available here,
     InvalidRequest when a step is malformed. `resolve` finds a template reference (`from_template`)."""
-    base, notes = _base(body, resolve)
+    base, notes, login = _base(body, resolve)
     user, workdir, env = base.user, base.workdir, dict(base.env)
     layers: list[Layer] = list(base.layers)
     labels = [BASE_STEP] * len(layers)
@@ -107,18 +124,25 @@ def plan_build(
         base, name=name, description="", layers=tuple(layers), env=env, start=start, user=user, workdir=workdir,
         ready=body.ready_cmd or base.ready, resources=resources, warm=0, image="",
     )  # fmt: skip
-    return BuildPlan(template=template, labels=tuple(labels), notes=notes)
+    return BuildPlan(template=template, labels=tuple(labels), notes=notes, registry=login)
 
 
-def _base(body: BuildStart, resolve: Callable[[str], Template]) -> tuple[Template, tuple[str, ...]]:
+def _base(
+    body: BuildStart, resolve: Callable[[str], Template]
+) -> tuple[Template, tuple[str, ...], RegistryLogin | None]:
     if body.from_image_registry is not None:
-        raise BaseRefused(_unavailable(body.from_image or "", "images from registries with credentials"))
+        login = _login(body.from_image or "", body.from_image_registry)
+        return (*_pulled(body.from_image or ""), login)
     if body.from_template is not None:
         try:
-            return resolve(body.from_template), (f"base: template {body.from_template!r}",)
+            return resolve(body.from_template), (f"base: template {body.from_template!r}",), None
         except ActivatorError as exc:
             raise BaseRefused(str(exc)) from exc
-    image = body.from_image or "e2bdev/base"
+    return (*_built_in(body.from_image or "e2bdev/base", resolve), None)
+
+
+def _built_in(image: str, resolve: Callable[[str], Template]) -> tuple[Template, tuple[str, ...]]:
+    """The base this server makes from Debian's archive for E2B's usual images, else the image pulled."""
     repository, _, tag = image.partition(":")
     tag = tag or "latest"
     if repository == "e2bdev/base":
@@ -129,13 +153,37 @@ def _base(body: BuildStart, resolve: Callable[[str], Template]) -> tuple[Templat
         version = tag.split("-")[0] if repository == "debian" else ".".join(tag.split("-")[0].split(".")[:2])
         suite = suites.get(version)
         if suite is None:
-            raise BaseRefused(_unavailable(image, f"{repository}:{version}"))
+            return _pulled(image)
         return _debian(resolve("base"), suite), (f"base: {image} is a Debian {suite} root made by debootstrap "
                                                  "with python3, pip and venv from Debian",)  # fmt: skip
     if repository == "node":
         return resolve(E2B_BASE), (f"base: {image} is the built-in template {E2B_BASE!r}: Debian 12's Node.js "
                                    "(18) and npm, whatever version the tag asks for",)  # fmt: skip
-    raise BaseRefused(_unavailable(image, "pulling images from registries"))
+    return _pulled(image)
+
+
+def _pulled(image: str) -> tuple[Template, tuple[str, ...]]:
+    """`image` from its registry, then E2B's user step; BaseRefused when it is no image reference."""
+    try:
+        layer = msgspec.convert({"kind": "oci", "image": image}, OciLayer)
+    except msgspec.ValidationError as exc:
+        raise BaseRefused(_unavailable(image, "a reference not of the form [registry/]repository[:tag]")) from exc
+    template = Template(
+        name="", description="", layers=(layer, RunLayer(script=_IMAGE_SETUP)), env={}, start=(), ports=(),
+        user="user", workdir="", resources=Resources(), warm=0, pause_after=None, snapshot_after=None,
+    )  # fmt: skip
+    return template, (f"base: {image} is pulled from its registry and unpacked here, then gets E2B's user `user`",)
+
+
+def _login(image: str, registry: dict[str, object]) -> RegistryLogin:
+    """The credentials of `fromImageRegistry`: only the generic `registry` type's username and password."""
+    kind = registry.get("type")
+    if kind != "registry":
+        raise BaseRefused(_unavailable(image, f"a registry of type {kind!r} (its cloud credentials)"))
+    username, password = registry.get("username"), registry.get("password")
+    if not isinstance(username, str) or not isinstance(password, str) or not username:
+        raise BaseRefused(_unavailable(image, "a registry login without a username and password"))
+    return RegistryLogin(username=username, password=password)
 
 
 def _debian(base: Template, suite: str) -> Template:
@@ -149,7 +197,8 @@ def _unavailable(image: str, what: str) -> str:
     return (
         f"image {image!r} is not available on this server ({what} is not supported); bases that work here: "
         "e2bdev/base (Template()), debian:bookworm|trixie|sid (12, 13, stable), python:3.11|3.13, node:<any> "
-        "(Debian's Node.js), and from_template(<a built-in or your own template>)"
+        "(Debian's Node.js), images from registries this server reaches, and from_template(<a built-in or your "
+        "own template>)"
     )
 
 
