@@ -40,6 +40,7 @@ from pool._local import EgressSettings, LocalRuntime, LocalRuntimeSettings
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
 from pool._local._images import ImageStore
+from pool._local._launcher import SANDBOX_PATH
 from pool._runtime import (
     ALL_TRAFFIC,
     BuildLog,
@@ -75,6 +76,7 @@ __all__ = [
     "AUTOSTART_TAG",
     "DEFAULT_CRIU_DIR",
     "ENVD_PORT",
+    "SANDBOX_PATH",
     "Autostart",
     "BodyReader",
     "BuildLog",

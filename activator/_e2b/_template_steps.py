@@ -27,7 +27,17 @@ import msgspec
 
 from activator._errors import ActivatorError, InvalidRequest
 from activator._template_builds import BuildPlan
-from pool import CopyLayer, DebootstrapLayer, Layer, OciLayer, RegistryLogin, Resources, RunLayer, Template
+from pool import (
+    SANDBOX_PATH,
+    CopyLayer,
+    DebootstrapLayer,
+    Layer,
+    OciLayer,
+    RegistryLogin,
+    Resources,
+    RunLayer,
+    Template,
+)
 
 __all__ = ["BASE_STEP", "FINALIZE_STEP", "BaseRefused", "BuildStart", "BuildStep", "plan_build"]
 
@@ -107,7 +117,8 @@ def plan_build(
             case "ENV":
                 if not step.args or len(step.args) % 2:
                     raise InvalidRequest(f"step {number}: ENV needs name and value pairs")
-                env = {**env, **dict(zip(step.args[::2], step.args[1::2], strict=True))}
+                for key, value in zip(step.args[::2], step.args[1::2], strict=True):
+                    env = {**env, key: _expand(value, env, user)}
             case "WORKDIR":
                 workdir = _arg(step, 0, number)
                 owned = "" if user == "root" else f" && chown {shlex.quote(user)}: {shlex.quote(workdir)}"
@@ -200,6 +211,21 @@ def _unavailable(image: str, what: str) -> str:
         "(Debian's Node.js), images from registries this server reaches, and from_template(<a built-in or your "
         "own template>)"
     )
+
+
+_VARIABLE = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _expand(value: str, env: dict[str, str], user: str) -> str:
+    """An ENV value with `$NAME` / `${NAME}` replaced as a shell would (E2B evaluates them): by the env so far,
+    else the sandbox's own PATH and HOME, else nothing. Command substitutions are left as they are."""
+    defaults = {"PATH": SANDBOX_PATH, "HOME": "/root" if user == "root" else f"/home/{user}"}
+
+    def value_of(match: re.Match[str]) -> str:
+        name = match["braced"] or match["bare"]
+        return env.get(name, defaults.get(name, ""))
+
+    return _VARIABLE.sub(value_of, value)
 
 
 def _arg(step: BuildStep, index: int, number: int) -> str:

@@ -23,7 +23,9 @@ from pool._local._sandbox import Sandbox
 from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, make_mounts_private, mount, setns, unshare
 from pool._local._userns import create_userns
 
-__all__ = ["EXECUTOR_LOG", "ROOT_MOUNTPOINT", "SANDBOX_CAPABILITIES", "bwrap_argv", "launch", "launcher_steps"]
+__all__ = [
+    "EXECUTOR_LOG", "ROOT_MOUNTPOINT", "SANDBOX_CAPABILITIES", "SANDBOX_PATH", "bwrap_argv", "launch", "launcher_steps",
+]  # fmt: skip
 
 EXECUTOR_LOG = "/var/log/agent-sandbox-executor.log"
 # Root inside gets Docker's default set, valid only inside its own user namespace; the seccomp filter
@@ -35,7 +37,8 @@ SANDBOX_CAPABILITIES = (
 # Where the launcher mounts the sandbox's root in its private mount namespace. bubblewrap opens it as the
 # sandbox's root uid, which could not traverse a data directory only host root may enter (e.g. mode 0700).
 ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
-_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Every sandbox process starts with this PATH unless its template or request sets another.
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: list[tuple[str, str]]) -> list[str]:
@@ -55,7 +58,7 @@ def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: l
         "--cap-drop", "ALL", *caps,
         "--seccomp", str(seccomp_fd),
         "--json-status-fd", str(status_fd),
-        "--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", "/root", "--setenv", "LANG", "C.UTF-8",
+        "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/root", "--setenv", "LANG", "C.UTF-8",
         "--chdir", "/",
         "--",
         "/usr/bin/python3", "-I", "-S", "/opt/agent-sandbox/run-executor.py",
