@@ -55,6 +55,9 @@ class DebootstrapLayer(_LayerConfig, kw_only=True, tag="debootstrap"):
     suite: str = "bookworm"
     mirror: str = "http://deb.debian.org/debian"
     packages: list[str] = []
+    # The suite's -updates and -security suites in its apt sources, and their packages installed at build time
+    # (sid has neither): a template root is as patched as the day it was built, and `apt-get upgrade` works.
+    updates: bool = True
 
 
 class AptLayer(_LayerConfig, kw_only=True, tag="apt"):

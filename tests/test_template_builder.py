@@ -133,3 +133,10 @@ async def test_a_ready_command_that_never_succeeds_fails_the_build_at_its_finish
         )
     assert failure.value.layer is None
     assert runtime.sandbox_ids() == []
+
+
+async def test_the_base_root_has_the_updates_and_security_suites(runtime: LocalRuntime) -> None:
+    key = runtime.images.plan(TEMPLATES["base"])[0][0]
+    sources = (IMAGE_CACHE / "layers" / key / "etc/apt/sources.list").read_text().splitlines()
+    assert "deb http://deb.debian.org/debian bookworm-updates main" in sources
+    assert "deb http://deb.debian.org/debian-security bookworm-security main" in sources

@@ -24,7 +24,14 @@ from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, mak
 from pool._local._userns import create_userns
 
 __all__ = [
-    "EXECUTOR_LOG", "ROOT_MOUNTPOINT", "SANDBOX_CAPABILITIES", "SANDBOX_PATH", "bwrap_argv", "launch", "launcher_steps",
+    "EXECUTOR_LOG",
+    "ROOT_MOUNTPOINT",
+    "SANDBOX_CAPABILITIES",
+    "SANDBOX_PATH",
+    "bwrap_argv",
+    "launch",
+    "launcher_steps",
+    "shm_size",
 ]  # fmt: skip
 
 EXECUTOR_LOG = "/var/log/agent-sandbox-executor.log"
@@ -41,8 +48,12 @@ ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: list[tuple[str, str]]) -> list[str]:
-    """`cgroup_view`: the sandbox's own cgroup directories and where they appear, read-only, on a tmpfs /sys."""
+def bwrap_argv(
+    *, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: list[tuple[str, str]], shm_bytes: int
+) -> list[str]:
+    """`cgroup_view`: the sandbox's own cgroup directories and where they appear, read-only, on a tmpfs /sys.
+    `shm_bytes`: the size of `/dev/shm`, a tmpfs every user may write (POSIX shared memory: Chromium, Python's
+    multiprocessing); what it holds is charged to the sandbox's memory cgroup like any of its memory."""
     caps = [arg for cap in SANDBOX_CAPABILITIES for arg in ("--cap-add", f"CAP_{cap}")]
     cgroups = [arg for host, inside in cgroup_view for arg in ("--ro-bind", host, inside)]
     return [
@@ -50,6 +61,7 @@ def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: l
         "--bind", str(ROOT_MOUNTPOINT), "/",
         "--proc", "/proc",
         "--dev", "/dev",
+        "--perms", "01777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
         "--tmpfs", "/sys", "--dir", "/sys/fs", "--dir", "/sys/fs/cgroup", *cgroups,  # --dir: 0755, for `user` too
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
         "--hostname", "sandbox",
@@ -64,6 +76,11 @@ def bwrap_argv(*, seccomp_fd: int, status_fd: int, ready_fd: int, cgroup_view: l
         "/usr/bin/python3", "-I", "-S", "/opt/agent-sandbox/run-executor.py",
         "--port", str(ENVD_PORT), "--ready-fd", str(ready_fd), "--log", EXECUTOR_LOG,
     ]  # fmt: skip
+
+
+def shm_size(memory_mb: int) -> int:
+    """`/dev/shm`'s size: half the sandbox's memory, at most 1 GiB (Docker gives 64 MiB, too little for Chromium)."""
+    return min(memory_mb << 19, 1 << 30)
 
 
 def launcher_steps(
@@ -122,7 +139,10 @@ def _spawn(box: Sandbox, layers: list[Path], seccomp: bytes, status_w: int, read
     os.write(seccomp_w, seccomp)
     os.close(seccomp_w)
     userns_fd = create_userns(box.slot)
-    argv = bwrap_argv(seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w, cgroup_view=box.cgroup.sandbox_view())
+    argv = bwrap_argv(
+        seccomp_fd=seccomp_r, status_fd=status_w, ready_fd=ready_w, cgroup_view=box.cgroup.sandbox_view(),
+        shm_bytes=shm_size(box.resources.memory_mb),
+    )  # fmt: skip
     steps = launcher_steps(
         sandbox_dir=box.directory, layers=layers, userns_fd=userns_fd, cgroup_procs=box.cgroup.procs_files()
     )

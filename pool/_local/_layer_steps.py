@@ -40,6 +40,7 @@ apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /tmp/* /root/.cache
 """
 
+_NO_UPDATES = ("sid", "unstable")  # suites without -updates and -security
 _CLEANUP = "rm -rf /tmp/* /root/.cache /var/cache/apt/*.bin"
 
 # Started by bubblewrap as the sandbox's pid 1: -I -S keep start-up short and the host's paths out.
@@ -59,7 +60,23 @@ def build_debootstrap(layer: DebootstrapLayer, target: Path) -> None:
     include = ",".join(layer.packages)
     argv = ["debootstrap", "--variant=minbase", *([f"--include={include}"] if include else [])]
     _run([*argv, layer.suite, str(target), layer.mirror])
+    if layer.updates and layer.suite not in _NO_UPDATES:
+        _apply_updates(layer, target)
     _run(["chroot", str(target), "/bin/sh", "-c", _SANDBOX_SETUP])
+
+
+def _apply_updates(layer: DebootstrapLayer, target: Path) -> None:
+    """Name the -updates and -security suites in the root's apt sources and install what they update."""
+    security = layer.mirror.rstrip("/") + "-security" if layer.mirror.rstrip("/").endswith("/debian") else None
+    sources = [f"deb {layer.mirror} {layer.suite} main", f"deb {layer.mirror} {layer.suite}-updates main"]
+    if security:
+        sources.append(f"deb {security} {layer.suite}-security main")
+    (target / "etc/apt/sources.list").write_text("\n".join(sources) + "\n")
+    t = shlex.quote(str(target))
+    upgrade = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -y -qq upgrade"
+    _run(["unshare", "--mount", "--propagation", "private", "--fork", "/bin/sh", "-c",
+          f"mount --bind /etc/resolv.conf {t}/etc/resolv.conf && mount -t proc proc {t}/proc && "
+          f"chroot {t} /bin/sh -c {shlex.quote(upgrade)}"])  # fmt: skip
 
 
 def run_in_overlay(lowers: list[Path], upper: Path, work: Path, script: str) -> None:
