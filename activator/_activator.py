@@ -396,8 +396,11 @@ class Activator:
             allow_internet_access=request.allow_internet_access,
             egress=request.egress,
             ingress=Ingress(
-                traffic_access_token=None if request.public_traffic else new_access_token(),
+                traffic_access_token=(
+                    new_access_token() if not request.public_traffic or template.private_ports else None
+                ),
                 mask_request_host=request.mask_request_host,
+                private_ports=template.private_ports if request.public_traffic else None,
             ),
             cpu_count=template.resources.cpu_count,
             memory_mb=template.resources.memory_mb,

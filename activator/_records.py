@@ -76,6 +76,17 @@ class Ingress(msgspec.Struct, frozen=True, kw_only=True):
 
     traffic_access_token: str | None = None  # the `e2b-traffic-access-token` they need; None: public (E2B's default)
     mask_request_host: str | None = None  # the Host they arrive with, `${PORT}` replaced; None: the client's
+    # The ports that need the token: None every one (`allowPublicTraffic=false`); else only these, the template's
+    # private ports of a sandbox whose traffic is otherwise public.
+    private_ports: tuple[int, ...] | None = None
+
+    @property
+    def public(self) -> bool:
+        """E2B's `allowPublicTraffic`: whether ports other than the template's private ones are open to anyone."""
+        return self.traffic_access_token is None or self.private_ports is not None
+
+    def needs_token(self, port: int) -> bool:
+        return self.traffic_access_token is not None and (self.private_ports is None or port in self.private_ports)
 
 
 class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,9 +1,10 @@
 """Private ports and Host masking on the data plane (E2B's `allowPublicTraffic=false` and `maskRequestHost`).
 
-A sandbox with a traffic access token (`activator.Ingress`) answers on every port but envd's only requests that
-carry it in `e2b-traffic-access-token` (any case: the code interpreter SDK sends `E2B-Traffic-Access-Token`);
-without it, or with another, E2B's proxy answers 403 JSON `{"sandboxId", "message", "code": 403}` with these
-messages, and so does this one (`_errors_response`). The token is compared in constant time and never forwarded
+A sandbox with a traffic access token (`activator.Ingress`) answers on every port but envd's (or, when its
+traffic is public, on its template's private ports, e.g. a browser's CDP port) only requests that carry it in
+`e2b-traffic-access-token` (any case: the code interpreter SDK sends `E2B-Traffic-Access-Token`); without it,
+or with another, E2B's proxy answers 403 JSON `{"sandboxId", "message", "code": 403}` with these messages, and
+so does this one (`_errors_response`). The token is compared in constant time and never forwarded
 (`_routing.REQUEST_DROP`). envd's port has its own token (`X-Access-Token`), checked by envd.
 """
 
@@ -42,7 +43,7 @@ def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, 
     if ingress is None:
         return None
     token = ingress.traffic_access_token
-    if token is not None:
+    if token is not None and ingress.needs_token(route.port):
         given = next((value for name, value in headers if name == TRAFFIC_TOKEN_HEADER), None)
         if given is None:
             raise TrafficRefused(_MISSING)

@@ -160,6 +160,7 @@ class _TemplateFile(_Config, kw_only=True):
     env: dict[str, str] | None = None
     start: list[str] | None = None
     ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
+    private_ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
     user: UserName | None = None
     workdir: str | None = None
     ready: str | None = None
@@ -190,6 +191,9 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     image: str = ""
     # A shell command that exits 0 once the start commands are ready (E2B's readyCmd): a start waits for it.
     ready: str = ""
+    # Ports that need the sandbox's traffic access token even when its traffic is public (a browser's CDP port,
+    # which has no authentication of its own): every sandbox of the template gets a token.
+    private_ports: tuple[int, ...] = ()
 
 
 _DEFAULT = Template(
@@ -239,6 +243,7 @@ def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] =
         snapshot_after=own.snapshot_after if own.snapshot_after is not None else base.snapshot_after,
         image=own.image or "",
         ready=own.ready if own.ready is not None else base.ready,
+        private_ports=tuple(own.private_ports) if own.private_ports is not None else base.private_ports,
     )
 
 

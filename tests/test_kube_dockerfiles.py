@@ -18,7 +18,11 @@ from tests.server_fixtures import REPO
 
 DEPLOY = REPO / "deploy"
 DOCKERFILES = sorted(p for p in DEPLOY.glob("Dockerfile.*") if p.suffix != ".dockerignore")
-SANDBOX_KINDS = {"base": "debootstrap,apt", "base-node": "apt", "code-interpreter-v1": "pip"}
+SANDBOX_KINDS = {
+    "base": "debootstrap,apt", "base-node": "apt", "code-interpreter-v1": "pip", "chromium": "apt,run",
+    "desktop": "apt,run",
+}  # fmt: skip
+LAYERLESS = {"browser"}  # templates whose image is their parent's: no layer of their own
 
 
 def _commands(path: Path) -> list[dockerfile.Command]:
@@ -32,7 +36,7 @@ def _whitelist(path: Path) -> list[str]:
 
 def test_every_image_has_its_dockerfile() -> None:
     names = {p.name.removeprefix("Dockerfile.") for p in DOCKERFILES}
-    assert names == {"gateway", *(f"sandbox-{kind}" for kind in SANDBOX_KINDS)}
+    assert names == {"gateway", *(f"sandbox-{kind}" for kind in (*SANDBOX_KINDS, *LAYERLESS))}
     images = set(re.findall(r"agent-sandbox/(sandbox-[a-z0-9-]+|gateway):", (REPO / "install.yaml").read_text()))
     assert images <= names
 
@@ -63,12 +67,29 @@ def test_sandbox_images_install_all_of_their_templates_packages(kind: str, kinds
     assert f"templates/{name}.toml" in (DEPLOY / f"Dockerfile.sandbox-{kind}").read_text()
     own_layers = tomllib.loads(path.read_text())["layers"]
     assert {layer["kind"] for layer in own_layers} <= set(kinds.split(",")), "a layer of the template is left out"
+    packaged = ",".join(k for k in kinds.split(",") if k != "run")
     printed = subprocess.run(
-        [sys.executable, str(DEPLOY / "template-packages.py"), str(path), kinds],
+        [sys.executable, str(DEPLOY / "template-packages.py"), str(path), packaged],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert printed == [package for layer in own_layers for package in layer["packages"]]
+    assert printed == [package for layer in own_layers if layer["kind"] != "run" for package in layer["packages"]]
     assert printed
+    if "run" in kinds:
+        scripts = subprocess.run(
+            [sys.executable, str(DEPLOY / "template-packages.py"), str(path), "run"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert scripts == "".join(layer["script"] + "\n" for layer in own_layers if layer["kind"] == "run")
+        assert "template-packages.py /tmp/template/" + path.name + " run | bash -e" in (
+            DEPLOY / f"Dockerfile.sandbox-{kind}"
+        ).read_text()
+
+
+def test_a_layerless_templates_image_is_its_parents() -> None:
+    for name in LAYERLESS:
+        template = tomllib.loads((REPO / "templates" / f"{name}.toml").read_text())
+        assert not template.get("layers")
+        assert f"sandbox-{template['parent']}:" in (DEPLOY / f"Dockerfile.sandbox-{name}").read_text()
 
 
 def test_gateway_image_runs_unprivileged_as_install_yaml_expects() -> None:

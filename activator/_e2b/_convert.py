@@ -150,7 +150,7 @@ def sandbox_detail(record: SandboxRecord) -> _wire.SandboxDetail:
         allow_internet_access=record.allow_internet_access,
         lifecycle=_wire.LifecycleOut(auto_resume=record.lifecycle.auto_resume, on_timeout=record.lifecycle.on_timeout),
         network=_wire.NetworkOut(
-            allow_public_traffic=record.ingress.traffic_access_token is None,
+            allow_public_traffic=record.ingress.public,
             allow_out=list(record.egress.allow_out) or None,
             deny_out=list(record.egress.deny_out) or None,
             mask_request_host=record.ingress.mask_request_host,

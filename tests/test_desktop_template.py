@@ -1,0 +1,74 @@
+"""The `desktop` template with the unmodified E2B Desktop SDK (`e2b-desktop`): a real screen, keystrokes that
+arrive, and the noVNC stream served through the gateway to a real browser."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from e2b import CommandExitException
+from e2b_desktop import Sandbox as Desktop
+from PIL import Image
+
+from tests.polling import wait_for
+from tests.server_fixtures import RunningServer
+from tests.ui_fixtures import browser_fixture, context_fixture
+
+__all__ = ["browser_fixture", "context_fixture"]  # the fixtures `browser` and `context`, for the noVNC page
+
+
+@pytest.fixture(scope="module")
+def desktop(server: RunningServer) -> Iterator[Desktop]:
+    sandbox = Desktop.create(timeout=300, **_options(server))
+    yield sandbox
+    sandbox.kill()
+
+
+def _options(server: RunningServer) -> dict[str, str]:
+    return {"api_key": server.api_key, "api_url": server.url, "sandbox_url": server.url}
+
+
+def _screen(desktop: Desktop) -> Image.Image:
+    return Image.open(io.BytesIO(desktop.screenshot()))
+
+
+def _windows(desktop: Desktop, app: str) -> list[str]:
+    """The app's windows (xdotool exits 1 while there is none)."""
+    try:
+        return list(desktop.get_application_windows(app))
+    except CommandExitException:
+        return []
+
+
+def test_a_screenshot_is_a_png_of_the_screen_and_keystrokes_reach_a_terminal(desktop: Desktop) -> None:
+    before = _screen(desktop)
+    assert before.format == "PNG"
+    assert before.size == desktop.get_screen_size()
+    assert len(before.convert("RGB").getcolors(maxcolors=1 << 24) or []) > 1  # not a blank screen
+    desktop.launch("xfce4-terminal")
+    wait_for(lambda: _windows(desktop, "xfce4-terminal"), what="the terminal's window")
+    desktop.write("echo typed-through-xdotool > /tmp/typed")
+    desktop.press("enter")
+    wait_for(
+        lambda: desktop.commands.run("cat /tmp/typed 2>/dev/null || true").stdout == "typed-through-xdotool\n",
+        what="the typed command to run",
+    )
+    assert _screen(desktop).tobytes() != before.tobytes()  # the terminal and its text are on screen
+    desktop.left_click(5, 5)
+    assert desktop.get_cursor_position() == (5, 5)
+
+
+def test_the_stream_is_served_through_the_gateway_and_a_browser_connects(
+    server: RunningServer, desktop: Desktop, context: Any
+) -> None:
+    desktop.stream.start()
+    try:
+        url = desktop.stream.get_url()
+        assert url.startswith(f"https://6080-{desktop.sandbox_id}.sandbox.localhost/vnc.html?")
+        page = context.new_page()
+        page.goto(url.replace("https://", "http://").replace(".localhost/", f".localhost:{server.port}/", 1))
+        page.wait_for_selector("html.noVNC_connected", timeout=30_000)
+    finally:
+        desktop.stream.stop()
