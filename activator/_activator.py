@@ -132,7 +132,9 @@ class Activator:
         self._activity = Activity(clock, on_touch=self._coordinator.note_activity if self._coordinator.shared else None)
         self.holds = HoldGate(max_held=settings.max_held, deadline=settings.hold_deadline, telemetry=self.telemetry)
         self._opener = Opener(self._machine, runtime, self._activity, self.holds, self.telemetry)
-        idle = IdlePolicy(templates, pause_after=settings.pause_after, snapshot_after=settings.snapshot_after)
+        idle = IdlePolicy(
+            self.catalog.templates, pause_after=settings.pause_after, snapshot_after=settings.snapshot_after
+        )
         self._reaper = Reaper(
             self._machine, runtime, store, activity=self._activity, opener=self._opener, idle=idle, clock=clock,
             interval=settings.reap_interval, killed_retention=settings.killed_retention, on_halt=on_halt,

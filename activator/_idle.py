@@ -26,14 +26,17 @@ class IdlePolicy:
         self, templates: Mapping[str, Template], *, pause_after: float | None, snapshot_after: float | None
     ) -> None:
         """`pause_after` / `snapshot_after`: the server's override for every template (None: keep the template's)."""
-        self._server: Thresholds = (pause_after, snapshot_after)  # for templates built after the start
-        self._thresholds: dict[str, Thresholds] = {
-            name: (_pick(pause_after, t.pause_after), _pick(snapshot_after, t.snapshot_after))
-            for name, t in templates.items()
-        }
+        self._templates = templates  # live: a key's builds join it after the start
+        self._server: Thresholds = (pause_after, snapshot_after)
 
     def thresholds(self, template: str) -> Thresholds:
-        return self._thresholds.get(template, self._server)
+        """(pause after, snapshot after) for the template's sandboxes: the server's flag over the template's own;
+        never a snapshot for a `freeze_only` template."""
+        t = self._templates.get(template)
+        pause_after, snapshot_after = self._server
+        if t is None:
+            return self._server
+        return _pick(pause_after, t.pause_after), None if t.freeze_only else _pick(snapshot_after, t.snapshot_after)
 
     def soonest(self, template: str) -> float | None:
         """Idle seconds after which the template's sandboxes may take their first idle step."""

@@ -29,7 +29,7 @@ from activator._records import SandboxRecord, SandboxState
 from activator._store import Store
 from activator._telemetry import Telemetry
 from activator._transitions import Intent, Reassert, Step, plan
-from pool import ExecutorInit, PoolError, Runtime, SandboxSpec, kube_shapes
+from pool import CheckpointFailed, ExecutorInit, PoolError, Runtime, SandboxSpec, kube_shapes
 
 __all__ = ["Guard", "SandboxMachine", "runtime_call"]
 
@@ -247,8 +247,18 @@ class SandboxMachine:
                 restored = self._runtime.restore(self.spec_for(record), memory=step.memory)
                 await runtime_call(f"restore sandbox {record.id}", restored)
             case "snapshot":
-                taken = self._runtime.snapshot(record.id, memory=step.memory)
-                info = await runtime_call(f"snapshot sandbox {record.id}", taken)
+                try:
+                    if step.memory and self._freeze_only(record):
+                        raise CheckpointFailed(f"template {record.alias!r} is not snapshotted with its memory")
+                    info = await self._runtime.snapshot(record.id, memory=step.memory)
+                except CheckpointFailed as exc:  # its processes would be lost: it stays, frozen, as it was
+                    await runtime_call(f"freeze sandbox {record.id}", self._runtime.freeze(record.id))
+                    self._log(record.id, "warn", f"{exc}; kept frozen instead (memory kept, processes kept)")
+                    step = step._replace(record=replace(record, state=SandboxState.PAUSED, snapshot_kind=None))
+                    await self._store.put(step.record)
+                    return step
+                except PoolError as exc:
+                    raise ActivatorError(f"the runtime could not snapshot sandbox {record.id}: {exc}") from exc
                 self._telemetry.snapshot_bytes[info.kind] += info.image_bytes
                 step = step._replace(record=replace(record, snapshot_kind=info.kind))
                 await self._store.put(step.record)
@@ -262,6 +272,10 @@ class SandboxMachine:
                 rules = record.egress.rules
                 await runtime_call(f"set the egress of sandbox {record.id}", self._runtime.set_egress(record.id, rules))
         return step
+
+    def _freeze_only(self, record: SandboxRecord) -> bool:
+        template = self._catalog.templates.get(record.template)
+        return template is not None and template.freeze_only
 
     def spec_for(self, record: SandboxRecord) -> SandboxSpec:
         """What the runtime starts or restores the sandbox of `record` from; the caller's env vars win over the

@@ -14,6 +14,7 @@ from pool._envd import (
     shell_command,
 )
 from pool._errors import (
+    CheckpointFailed,
     ExecutorError,
     ExecutorRefused,
     ImageBuildError,
@@ -80,6 +81,7 @@ __all__ = [
     "Autostart",
     "BodyReader",
     "BuildLog",
+    "CheckpointFailed",
     "CopyLayer",
     "DebootstrapLayer",
     "EgressRules",

@@ -12,6 +12,7 @@ PoolError                base class
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointFailed",
     "ExecutorError",
     "ExecutorRefused",
     "ImageBuildError",
@@ -29,6 +30,11 @@ class PoolError(Exception):
 
 class RuntimeFailure(PoolError):
     """The runtime could not carry out an operation on a sandbox."""
+
+
+class CheckpointFailed(RuntimeFailure):
+    """A memory snapshot failed where only files would be left of processes the template does not restart: the
+    sandbox runs on as it was (the caller freezes it instead), never coming back as a fresh start."""
 
 
 class PortClosed(RuntimeFailure):

@@ -168,6 +168,7 @@ class _TemplateFile(_Config, kw_only=True):
     warm: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     pause_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
     snapshot_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    freeze_only: bool | None = None
     image: str | None = None
 
 
@@ -194,6 +195,10 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     # Ports that need the sandbox's traffic access token even when its traffic is public (a browser's CDP port,
     # which has no authentication of its own): every sandbox of the template gets a token.
     private_ports: tuple[int, ...] = ()
+    # Its sandboxes are never snapshotted to zero with their memory: a pause freezes them (resumed in
+    # milliseconds, memory kept) and the idle policy stops at freezing. For stacks CRIU cannot restore yet (an X
+    # desktop, Chromium): a snapshot would bring them back as a fresh start, their windows and tabs gone.
+    freeze_only: bool = False
 
 
 _DEFAULT = Template(
@@ -244,6 +249,7 @@ def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] =
         image=own.image or "",
         ready=own.ready if own.ready is not None else base.ready,
         private_ports=tuple(own.private_ports) if own.private_ports is not None else base.private_ports,
+        freeze_only=own.freeze_only if own.freeze_only is not None else base.freeze_only,
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from activator import Activator, ActivatorSettings, CreateRequest, SqliteStore, Store
 from pool import (
+    CheckpointFailed,
     EgressRules,
     PortClosed,
     Resources,
@@ -40,6 +41,7 @@ class FakeRuntime:
         self.noted: dict[str, SandboxSpec] = {}  # what `note_spec` was told
         self.calls: list[tuple[str, str]] = []
         self.fail: set[str] = set()  # method names that raise RuntimeFailure
+        self.dump_fails = False  # `snapshot` with memory raises CheckpointFailed, the sandbox left running
         self.listening: set[int] = set()  # ports open_socket connects to
         self.kind: SnapshotKind = "criu"  # what `snapshot` keeps
         self.keeps_processes = True  # what `snapshot_keeps_processes` answers
@@ -67,6 +69,8 @@ class FakeRuntime:
 
     async def snapshot(self, sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
         self._call("snapshot", sandbox_id)
+        if self.dump_fails and memory and sandbox_id in self.running:
+            raise CheckpointFailed(f"sandbox {sandbox_id}: its memory could not be snapshotted")
         if sandbox_id not in self.snapshots:
             if sandbox_id not in self.running:
                 raise SandboxGone(sandbox_id)

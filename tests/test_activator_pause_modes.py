@@ -55,3 +55,20 @@ async def test_a_strict_pause_of_an_idle_snapshotted_sandbox_has_no_executor_to_
     assert act.get("alice", sandbox.id).state is SandboxState.SNAPSHOTTED
     await act.pause("alice", sandbox.id, healthy_guest=True)
     assert act.get("alice", sandbox.id).reported_state is SandboxState.PAUSED
+
+
+async def test_a_pause_whose_memory_snapshot_fails_keeps_the_sandbox_frozen_not_a_fresh_start(
+    act: Activator, runtime: FakeRuntime
+) -> None:
+    sandbox = await act.create("alice", request())
+    runtime.dump_fails = True
+    await act.pause("alice", sandbox.id)
+    record = act.get("alice", sandbox.id)
+    assert record.state is SandboxState.PAUSED  # frozen: its processes and memory are where they were
+    assert record.user_paused
+    assert sandbox.id in runtime.frozen
+    assert sandbox.id not in runtime.snapshots
+    assert any("kept frozen" in line.message for line in act.logs("alice", sandbox.id))
+    await act.connect("alice", sandbox.id, 60)
+    assert sandbox.id not in runtime.frozen  # thawed, not restored
+    assert ("restore", sandbox.id) not in runtime.calls

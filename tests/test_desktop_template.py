@@ -72,3 +72,16 @@ def test_the_stream_is_served_through_the_gateway_and_a_browser_connects(
         page.wait_for_selector("html.noVNC_connected", timeout=30_000)
     finally:
         desktop.stream.stop()
+
+
+def test_a_paused_desktop_comes_back_as_it_was(server: RunningServer, desktop: Desktop) -> None:
+    probe = "pgrep -x Xvfb; pgrep -x xfwm4; pgrep -x xfce4-terminal"
+    pids = desktop.commands.run(probe).stdout
+    windows = _windows(desktop, "xfce4-terminal")
+    assert windows  # the terminal the test before opened
+    assert desktop.pause()
+    assert Desktop.get_info(desktop.sandbox_id, **_options(server)).state.value == "paused"
+    resumed = Desktop.connect(desktop.sandbox_id, **_options(server))
+    assert resumed.commands.run(probe).stdout == pids  # the same processes: frozen, not restarted
+    assert _windows(resumed, "xfce4-terminal") == windows
+    assert _screen(resumed).size == desktop.get_screen_size()

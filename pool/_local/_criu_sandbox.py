@@ -18,6 +18,8 @@ Why the command lines look the way they do (`criu-debian.md`, `local-runtime-lab
   (connect, close) right before a snapshot leaves exactly that. `--network-lock nftables` uses the
   libnftables CRIU is linked with; there is no iptables on these hosts.
 * `--irmap-scan-path`: see _IRMAP.
+* `--file-locks` (dump and restore): flock/POSIX locks held inside are dumped and taken again (Chromium's
+  profile lock, dbus); without it a dump of any sandbox holding one fails.
 * `--cgroup-root C:/path` for each of the sandbox's controllers: the restored tree goes into the cgroups
   the caller created (with the limits it wants), whatever the parent cgroup is called now.
 * The user namespace (0 → host base, 65536 ids), seccomp filter, capabilities, no_new_privs and the
@@ -45,9 +47,11 @@ from pool._local._userns import create_userns, host_id_base
 
 __all__ = ["CheckpointInfo", "checkpoint", "restore"]
 
-# Directories where CRIU looks for what an inotify watch (the executor's WatchDir) points at: overlayfs
-# file handles cannot be reopened, so watched directories must be found by path, and only under these.
-_IRMAP = [arg for d in ("/home", "/root", "/tmp", "/opt", "/srv", "/workspace") for arg in ("--irmap-scan-path", d)]
+# Directories where CRIU looks for what an inotify watch (the executor's WatchDir; a desktop's session, panel
+# and dbus on fonts, menus and applications) points at: overlayfs file handles cannot be reopened, so watched
+# files must be found by path, and only under these. CRIU scans them only for a watch it cannot resolve.
+_WATCHED = ("/home", "/root", "/tmp", "/opt", "/srv", "/workspace", "/etc", "/usr/share", "/usr/local/share")
+_IRMAP = [arg for d in _WATCHED for arg in ("--irmap-scan-path", d)]
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -76,7 +80,7 @@ def checkpoint(
     argv = [
         str(criu.path), "dump", "-t", str(pid), "-D", str(new), "-o", "dump.log",
         "--freeze-cgroup", str(freezer), "--network-lock", "nftables", "--tcp-established", "--skip-in-flight",
-        "--external", "mnt[]", *_IRMAP, *(["--leave-running"] if leave_running else []),
+        "--external", "mnt[]", "--file-locks", *_IRMAP, *(["--leave-running"] if leave_running else []),
     ]  # fmt: skip
     started = time.monotonic()
     was_frozen = _set_frozen(freezer, True)  # ~1 ms here; criu's own freezing polls every 100 ms
@@ -128,7 +132,7 @@ def restore(
     images.chmod(0o750)
     argv = [
         str(criu.path), "restore", "-D", str(images), "-o", "restore.log", "--restore-detached",
-        "--pidfile", str(pidfile), "--root", str(ROOT_MOUNTPOINT), "--tcp-established",
+        "--pidfile", str(pidfile), "--root", str(ROOT_MOUNTPOINT), "--tcp-established", "--file-locks",
         "--external", "mnt[]", *_cgroup_roots(cgroup_procs),
     ]  # fmt: skip
     userns_fd = create_userns(userns_slot)  # only its id map matters: it shifts the lower layers' owners

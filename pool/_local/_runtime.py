@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from pool._errors import RuntimeFailure, SandboxGone
+from pool._errors import CheckpointFailed, RuntimeFailure, SandboxGone
 from pool._local._census import foreign_processes
 from pool._local._core import LocalRuntimeSettings, LocalSandboxes
 from pool._local._criu import CriuBinary
@@ -51,6 +51,8 @@ class LocalRuntime(LocalSandboxes):
     def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
         super().__init__(settings, parent_cgroup=parent_cgroup)
         self._criu = CriuSupport(settings.criu_dir)  # the trial runs in a thread meanwhile
+        # Sandboxes whose memory snapshot failed since they started: the idle policy leaves them frozen.
+        self._dump_failed: set[str] = set()
         self._builder = LocalTemplateBuilder(self)
 
     async def build_template(
@@ -81,7 +83,17 @@ class LocalRuntime(LocalSandboxes):
     def note_spec(self, spec: SandboxSpec) -> None:
         """Nothing to keep: freeze, stats and snapshot go through cgroups and files, and `restore` gets the spec."""
 
+    async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
+        self._dump_failed.discard(sandbox_id)
+        await super().stop(sandbox_id, keep_files=keep_files)
+
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
+        """Whether a snapshot now would keep every process: no after a memory snapshot of it failed."""
+        if sandbox_id in self._dump_failed:
+            return False
+        return self._criu_would_keep(sandbox_id)
+
+    def _criu_would_keep(self, sandbox_id: str) -> bool:
         if sandbox_id in self._snapshots:
             return True
         box = self._running(sandbox_id)
@@ -107,13 +119,23 @@ class LocalRuntime(LocalSandboxes):
         kind: SnapshotKind = "criu" if criu is not None else "filesystem"
         await asyncio.to_thread(box.set_snapshot_info, SnapshotInfo(kind=kind, seconds=0.0, image_bytes=0))
         if criu is not None and not await self._checkpoint(box, criu):
-            kind = "filesystem"
+            if foreign_processes(box.cgroup.pids(), box.start_pids()):
+                await self._run_on(box)
+                raise CheckpointFailed(f"sandbox {sandbox_id}: its memory could not be snapshotted (CRIU)")
+            kind = "filesystem"  # only the template's own processes ran: its start commands bring them back
         del self._sandboxes[sandbox_id]
         await asyncio.to_thread(self._teardown, box, True)
         seconds = time.monotonic() - started
         info = self._snapshots[sandbox_id] = await asyncio.to_thread(_record, box, kind, seconds)
         _log.info("sandbox %s: snapshot (%s) in %.0f ms, %d bytes", sandbox_id, kind, seconds * 1000, info.image_bytes)
         return info
+
+    async def _run_on(self, box: Sandbox) -> None:
+        """Undo a snapshot's first steps after its dump failed: the sandbox runs on, reachable as before."""
+        box.stopping = False
+        await asyncio.to_thread(box.set_snapshot_info, None)
+        self._dump_failed.add(box.sandbox_id)
+        await self._connect(box, await asyncio.to_thread(box.egress_rules))
 
     async def _checkpoint(self, box: Sandbox, criu: CriuBinary) -> bool:
         """Dump the sandbox's memory with CRIU; on failure it is left as it was and only its files are kept."""
