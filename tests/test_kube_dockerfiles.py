@@ -80,9 +80,10 @@ def test_sandbox_images_install_all_of_their_templates_packages(kind: str, kinds
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         assert scripts == "".join(layer["script"] + "\n" for layer in own_layers if layer["kind"] == "run")
-        assert "template-packages.py /tmp/template/" + path.name + " run | bash -e" in (
-            DEPLOY / f"Dockerfile.sandbox-{kind}"
-        ).read_text()
+        assert (
+            "template-packages.py /tmp/template/" + path.name + " run | bash -e"
+            in (DEPLOY / f"Dockerfile.sandbox-{kind}").read_text()
+        )
 
 
 def test_a_layerless_templates_image_is_its_parents() -> None:
