@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -169,6 +169,7 @@ class _TemplateFile(_Config, kw_only=True):
     pause_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
     snapshot_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
     freeze_only: bool | None = None
+    mcp_tools: list[Literal["desktop"]] | None = None
     image: str | None = None
 
 
@@ -199,6 +200,8 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     # milliseconds, memory kept) and the idle policy stops at freezing. For stacks CRIU cannot restore yet (an X
     # desktop, Chromium): a snapshot would bring them back as a fresh start, their windows and tabs gone.
     freeze_only: bool = False
+    # The kinds of MCP sandbox tools beyond the common ones (`activator._mcp`): "desktop" (screenshot, click, ...).
+    mcp_tools: tuple[str, ...] = ()
 
 
 _DEFAULT = Template(
@@ -250,6 +253,7 @@ def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] =
         ready=own.ready if own.ready is not None else base.ready,
         private_ports=tuple(own.private_ports) if own.private_ports is not None else base.private_ports,
         freeze_only=own.freeze_only if own.freeze_only is not None else base.freeze_only,
+        mcp_tools=tuple(own.mcp_tools) if own.mcp_tools is not None else base.mcp_tools,
     )
 
 

@@ -17,18 +17,25 @@ from activator._mcp._errors import BadArguments
 from executor.envd import EnvVars
 
 __all__ = [
+    "Click",
     "CreateSandbox",
     "DeleteSandbox",
+    "DesktopToolArgs",
     "GetSandbox",
     "GetUrl",
     "ListFiles",
     "ListSandbox",
+    "OpenUrl",
+    "Press",
     "ReadFile",
     "RunCode",
     "RunCommand",
     "SandboxExecutor",
     "SandboxToolArgs",
+    "Screenshot",
+    "Scroll",
     "ToolArgs",
+    "TypeText",
     "WriteFile",
     "input_schema",
     "parse",
@@ -136,7 +143,39 @@ class RunCode(ToolArgs):
     timeout: Annotated[float, Meta(gt=0, le=3600, description="Seconds before the run is abandoned.")] = 60
 
 
-SandboxToolArgs = RunCommand | ReadFile | WriteFile | ListFiles | GetUrl | RunCode
+class Screenshot(ToolArgs):
+    pass
+
+
+class Click(ToolArgs):
+    x: Annotated[int, Meta(ge=0, le=16384, description="Pixels from the screen's left edge.")]
+    y: Annotated[int, Meta(ge=0, le=16384, description="Pixels from the screen's top edge.")]
+    button: Annotated[Literal["left", "middle", "right"], Meta(description="The mouse button.")] = "left"
+    double: Annotated[bool, Meta(description="A double click.")] = False
+
+
+class TypeText(ToolArgs):
+    text: Annotated[str, Meta(min_length=1, max_length=10_000, description="The text to type, as keystrokes.")]
+
+
+class Press(ToolArgs):
+    keys: Annotated[
+        list[Annotated[str, Meta(pattern=r"^[A-Za-z0-9_]{1,32}$")]],
+        Meta(min_length=1, max_length=8, description='Keys pressed together, e.g. ["ctrl", "c"] or ["enter"].'),
+    ]
+
+
+class Scroll(ToolArgs):
+    direction: Annotated[Literal["up", "down"], Meta(description="Which way to scroll.")] = "down"
+    amount: Annotated[int, Meta(ge=1, le=100, description="How many wheel steps.")] = 3
+
+
+class OpenUrl(ToolArgs):
+    url: Annotated[str, Meta(min_length=1, max_length=8192, description="A URL or a file path to open.")]
+
+
+DesktopToolArgs = Screenshot | Click | TypeText | Press | Scroll | OpenUrl
+SandboxToolArgs = RunCommand | ReadFile | WriteFile | ListFiles | GetUrl | RunCode | DesktopToolArgs
 
 A = TypeVar("A", bound=ToolArgs)
 

@@ -11,15 +11,22 @@ from msgspec import UnsetType
 
 from activator._errors import PortNotOpen
 from activator._mcp._arguments import (
+    Click,
     GetUrl,
     ListFiles,
+    OpenUrl,
+    Press,
     ReadFile,
     RunCode,
     RunCommand,
     SandboxToolArgs,
+    Screenshot,
+    Scroll,
+    TypeText,
     WriteFile,
     input_schema,
 )
+from activator._mcp._desktop import DESKTOP_TOOL_DESCRIPTIONS, run_desktop_tool
 from activator._mcp._envd import Entry, Envd
 from activator._mcp._errors import BadArguments, UnknownTool
 from activator._mcp._interpreter import INTERPRETER_PORT, execute
@@ -91,11 +98,23 @@ _RUN_CODE = SandboxTool(
 )
 
 
+_DESKTOP = tuple(
+    SandboxTool(name, DESKTOP_TOOL_DESCRIPTIONS[name], args)
+    for name, args in (
+        ("screenshot", Screenshot), ("click", Click), ("type", TypeText), ("press", Press), ("scroll", Scroll),
+        ("open_url", OpenUrl),
+    )
+)  # fmt: skip
+
+
 def sandbox_tools(template: Template | None) -> tuple[SandboxTool, ...]:
-    """The tools of sandboxes of `template`: the common ones, plus run_code where the code interpreter runs."""
-    if template is not None and (template.name in _INTERPRETER_TEMPLATES or INTERPRETER_PORT in template.ports):
-        return (*_COMMON, _RUN_CODE)
-    return _COMMON
+    """The tools of sandboxes of `template`: the common ones, plus run_code where the code interpreter runs and
+    the desktop tools where the template has a desktop."""
+    if template is None:
+        return _COMMON
+    interpreter = template.name in _INTERPRETER_TEMPLATES or INTERPRETER_PORT in template.ports
+    desktop = "desktop" in template.mcp_tools
+    return (*_COMMON, *((_RUN_CODE,) if interpreter else ()), *(_DESKTOP if desktop else ()))
 
 
 def find_tool(template: Template | None, name: str) -> SandboxTool:
@@ -123,6 +142,8 @@ async def run_sandbox_tool(access: SandboxAccess, urls: SandboxUrls, args: Sandb
             return await _get_url(access, urls, args)
         case RunCode():
             return await _run_code(access, args)
+        case Screenshot() | Click() | TypeText() | Press() | Scroll() | OpenUrl():
+            return await run_desktop_tool(_envd(access), args)
 
 
 def _envd(access: SandboxAccess) -> Envd:

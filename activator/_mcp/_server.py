@@ -91,8 +91,7 @@ class McpServer:
         except Exception:
             _log.exception("MCP tool %s failed", params.name)
             return _error(f"{params.name} failed on the server (the error is in its log); retry, or report it")
-        text = json.dumps(result, ensure_ascii=False, indent=1)
-        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
+        return _result(result)
 
 
 def _owner(ctx: Context) -> str:
@@ -101,6 +100,16 @@ def _owner(ctx: Context) -> str:
     if not isinstance(owner, str):
         raise MCPError(code=types.INTERNAL_ERROR, message="the request reached the MCP layer without an API key")
     return owner
+
+
+def _result(result: dict[str, Any]) -> types.CallToolResult:
+    """The tool's answer as text (and structured content); an `image` entry (a screenshot) as image content."""
+    image = result.pop("image", None)
+    text = json.dumps(result, ensure_ascii=False, indent=1)
+    content: list[types.ContentBlock] = [types.TextContent(text=text)]
+    if isinstance(image, dict):
+        content.append(types.ImageContent(data=image["data"], mime_type=image["mimeType"]))
+    return types.CallToolResult(content=content, structured_content=result)
 
 
 def _error(message: str) -> types.CallToolResult:
