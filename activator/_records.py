@@ -79,6 +79,7 @@ class Ingress(msgspec.Struct, frozen=True, kw_only=True):
     # The ports that need the token: None every one (`allowPublicTraffic=false`); else only these, the template's
     # private ports of a sandbox whose traffic is otherwise public.
     private_ports: tuple[int, ...] | None = None
+    local_host_ports: tuple[int, ...] = ()  # the template's: see `pool.Template.local_host_ports`
 
     @property
     def public(self) -> bool:

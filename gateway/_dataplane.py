@@ -51,15 +51,18 @@ class DataPlane:
             await self.app(scope, receive, send)
             return
         try:
-            host = admit(await self._ingress(route), route, headers)
+            forwarding = admit(await self._ingress(route), route, headers)
         except TrafficRefused as exc:
             await _refuse(scope, send, error_reply(exc, route.sandbox_id))
             return
         self._opener.touch(route.sandbox_id)
         if kind == "http":
-            await proxy_http(scope, receive, send, route, self._opener, self.pool, host=host)
+            await proxy_http(
+                scope, receive, send, route, self._opener, self.pool, host=forwarding.host,
+                local_address=forwarding.local_address,
+            )  # fmt: skip
         else:
-            await proxy_websocket(scope, receive, send, route, self._opener, host=host)
+            await proxy_websocket(scope, receive, send, route, self._opener, host=forwarding.host)
 
     async def _ingress(self, route: Route) -> Ingress | None:
         """The sandbox's ingress rules, which envd's port is exempt from (so its requests skip the lookup)."""

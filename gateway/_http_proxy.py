@@ -28,6 +28,9 @@ RESPONSE_DROP |= {b"trailer", b"date", b"server"}
 _HIGH_WATER = 256 * 1024  # response bytes buffered from the sandbox before it is paused
 
 
+MAX_REWRITTEN_BYTES = 1 << 20  # a DevTools /json answer is a few KiB per tab
+
+
 class _ClientGone(Exception):
     """The client disconnected; the exchange is abandoned without a response."""
 
@@ -244,9 +247,11 @@ async def proxy_http(
     pool: UpstreamPool[UpstreamConnection],
     *,
     host: bytes | None = None,
+    local_address: tuple[bytes, bytes] | None = None,
 ) -> None:
     """Forwards one request to ``route`` (with ``host`` as its Host, if given) and streams the response back;
-    failures become E2B-shaped errors."""
+    failures become E2B-shaped errors. ``local_address`` (local, public): a JSON answer naming the local address
+    is read whole (at most `MAX_REWRITTEN_BYTES`) and gets the public one instead."""
     head, chunked = _request_head(scope, host)
     first = await receive()
     if first["type"] != "http.request":
@@ -262,7 +267,8 @@ async def proxy_http(
         return
     pump = asyncio.create_task(_pump_request(receive, conn, more_body=more_body, chunked=chunked))
     try:
-        await _relay_response(conn, send, route.sandbox_id)
+        rewrite = None if local_address is None else (*local_address, scope["scheme"] == "https")
+        await _relay_response(conn, send, route.sandbox_id, rewrite)
     except (_ClientGone, UpstreamError, OSError):  # OSError: servers that raise on sends to a gone client
         pass  # nothing more can be said to the client; returning early makes the server close its connection
     finally:
@@ -280,17 +286,46 @@ async def _connect(route: Route, opener: UpstreamOpener) -> UpstreamConnection:
     return conn
 
 
-async def _relay_response(conn: UpstreamConnection, send: Send, sandbox_id: str) -> None:
+async def _relay_response(
+    conn: UpstreamConnection, send: Send, sandbox_id: str, rewrite: tuple[bytes, bytes, bool] | None
+) -> None:
     try:
         status, headers = await conn.response_head()
     except UpstreamError as exc:
         await send_error(send, error_reply(exc, sandbox_id))
+        return
+    if rewrite is not None and any(
+        name == b"content-type" and value.lower().startswith(b"application/json") for name, value in headers
+    ):
+        await _relay_rewritten(conn, send, status, headers, rewrite)
         return
     await send({"type": "http.response.start", "status": status, "headers": headers})
     complete = False
     while not complete:
         body, complete = await conn.response_body()
         await send({"type": "http.response.body", "body": body, "more_body": not complete})
+
+
+async def _relay_rewritten(
+    conn: UpstreamConnection, send: Send, status: int, headers: list[tuple[bytes, bytes]],
+    rewrite: tuple[bytes, bytes, bool],
+) -> None:  # fmt: skip
+    """A small JSON answer with its local address swapped for the public one (`ws` for `wss`, `http` for
+    `https` when the client came over TLS), and its length fixed."""
+    body, complete = b"", False
+    while not complete and len(body) <= MAX_REWRITTEN_BYTES:
+        chunk, complete = await conn.response_body()
+        body += chunk
+    if not complete:
+        raise UpstreamError("a JSON answer to rewrite is larger than the proxy reads whole")
+    local, public, secure = rewrite
+    ws, http = (b"wss", b"https") if secure else (b"ws", b"http")
+    for old, new in ((b"ws://", ws + b"://"), (b"ws=", ws + b"="), (b"http://", http + b"://")):
+        body = body.replace(old + local + b"/", new + public + b"/")
+    kept = [(name, value) for name, value in headers if name not in (b"content-length", b"transfer-encoding")]
+    await send({"type": "http.response.start", "status": status, "headers": [*kept, (b"content-length",
+                str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def _pump_request(receive: Receive, conn: UpstreamConnection, *, more_body: bool, chunked: bool) -> None:

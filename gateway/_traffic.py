@@ -6,17 +6,22 @@ traffic is public, on its template's private ports, e.g. a browser's CDP port) o
 or with another, E2B's proxy answers 403 JSON `{"sandboxId", "message", "code": 403}` with these messages, and
 so does this one (`_errors_response`). The token is compared in constant time and never forwarded
 (`_routing.REQUEST_DROP`). envd's port has its own token (`X-Access-Token`), checked by envd.
+
+A template's `local_host_ports` (a browser's DevTools port) get `Host: localhost:<port>`, the only name Chromium
+answers, and the proxy swaps that address for the public one in their JSON answers (`webSocketDebuggerUrl`),
+so a CDP client on any `--domain` follows them back through the gateway.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from activator import Ingress
-from gateway._routing import Route
+from gateway._routing import Route, host_header
 
-__all__ = ["TRAFFIC_TOKEN_HEADER", "TrafficRefused", "admit"]
+__all__ = ["TRAFFIC_TOKEN_HEADER", "Forwarding", "TrafficRefused", "admit"]
 
 TRAFFIC_TOKEN_HEADER = b"e2b-traffic-access-token"
 _MISSING = "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"
@@ -34,14 +39,22 @@ class TrafficRefused(Exception):
         self.message = message
 
 
-def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
-    """The Host the request goes on with (None: the client's own), or TrafficRefused.
+class Forwarding(NamedTuple):
+    """How an admitted request goes on: the Host it carries (None: the client's own), and for a port that answers
+    only a local Host, (that local address, the public one) to swap in its JSON answers."""
+
+    host: bytes | None = None
+    local_address: tuple[bytes, bytes] | None = None
+
+
+def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, bytes]]) -> Forwarding:
+    """How the request goes on, or TrafficRefused.
 
     `ingress` None admits: an unknown sandbox (the proxy then answers as for any), or envd's port, which the
     data plane exempts without asking for the rules.
     """
     if ingress is None:
-        return None
+        return Forwarding()
     token = ingress.traffic_access_token
     if token is not None and ingress.needs_token(route.port):
         given = next((value for name, value in headers if name == TRAFFIC_TOKEN_HEADER), None)
@@ -50,4 +63,9 @@ def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, 
         if not hmac.compare_digest(given, token.encode()):
             raise TrafficRefused(_INVALID)
     mask = ingress.mask_request_host
-    return None if mask is None else mask.replace(_PORT_PLACEHOLDER, str(route.port)).encode()
+    if mask is not None:
+        return Forwarding(mask.replace(_PORT_PLACEHOLDER, str(route.port)).encode())
+    if route.port in ingress.local_host_ports:
+        local = f"localhost:{route.port}".encode()
+        return Forwarding(local, (local, host_header(headers)))
+    return Forwarding()

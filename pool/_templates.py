@@ -161,6 +161,7 @@ class _TemplateFile(_Config, kw_only=True):
     start: list[str] | None = None
     ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
     private_ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
+    local_host_ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
     user: UserName | None = None
     workdir: str | None = None
     ready: str | None = None
@@ -196,6 +197,9 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     # Ports that need the sandbox's traffic access token even when its traffic is public (a browser's CDP port,
     # which has no authentication of its own): every sandbox of the template gets a token.
     private_ports: tuple[int, ...] = ()
+    # Ports whose server answers only a local Host (Chromium's DevTools refuses any name but localhost): the
+    # gateway presents `localhost:<port>` to them and rewrites that address in their JSON answers to the public one.
+    local_host_ports: tuple[int, ...] = ()
     # Its sandboxes are never snapshotted to zero with their memory: a pause freezes them (resumed in
     # milliseconds, memory kept) and the idle policy stops at freezing. For stacks CRIU cannot restore yet (an X
     # desktop, Chromium): a snapshot would bring them back as a fresh start, their windows and tabs gone.
@@ -252,6 +256,7 @@ def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] =
         image=own.image or "",
         ready=own.ready if own.ready is not None else base.ready,
         private_ports=tuple(own.private_ports) if own.private_ports is not None else base.private_ports,
+        local_host_ports=tuple(own.local_host_ports) if own.local_host_ports is not None else base.local_host_ports,
         freeze_only=own.freeze_only if own.freeze_only is not None else base.freeze_only,
         mcp_tools=tuple(own.mcp_tools) if own.mcp_tools is not None else base.mcp_tools,
     )

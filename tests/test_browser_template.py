@@ -3,14 +3,17 @@ drives the sandbox's Chromium to a page another port of the same sandbox serves;
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import websockets
 from e2b import Sandbox
 
-from tests.server_fixtures import RunningServer, wait_for_port
+from tests.server_fixtures import RunningServer, server_in_temp_dir, wait_for_port
 
 pytestmark = pytest.mark.browser  # Playwright
 
@@ -58,3 +61,37 @@ def test_playwright_drives_the_sandboxs_chromium_over_cdp(e2b_env: RunningServer
             assert page.locator("p").inner_text() == "hi"
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def domain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server whose sandbox domain is not `*.localhost`: Chromium refuses such a Host by itself."""
+    with server_in_temp_dir(tmp_path_factory, "cdp-domain", "--domain", "sandboxes.example.test") as running:
+        yield running
+
+
+def test_cdp_works_on_any_domain_the_gateway_presents_localhost_and_rewrites_the_answers(
+    domain_server: RunningServer,
+) -> None:
+    server = domain_server
+    sandbox = Sandbox.create("browser", timeout=120, api_key=server.api_key, api_url=server.url, sandbox_url=server.url)
+    try:
+        public = f"9222-{sandbox.sandbox_id}.sandboxes.example.test:{domain_server.port}"
+        headers = {"Host": public, "e2b-traffic-access-token": sandbox.traffic_access_token or ""}
+        version = httpx.get(f"{domain_server.url}/json/version", headers=headers)
+        assert version.status_code == 200, version.text
+        ws_url = version.json()["webSocketDebuggerUrl"]
+        assert ws_url.startswith(f"ws://{public}/devtools/browser/")
+
+        async def browser_version() -> dict[str, Any]:
+            token = {"e2b-traffic-access-token": headers["e2b-traffic-access-token"]}
+            # The URL as Chromium's answer names it (its Host), dialled at this machine's gateway.
+            connect = websockets.connect(ws_url, additional_headers=token, host="127.0.0.1", port=domain_server.port)
+            async with connect as cdp:
+                await cdp.send(json.dumps({"id": 1, "method": "Browser.getVersion"}))
+                answer: dict[str, Any] = json.loads(await cdp.recv())
+                return answer
+
+        assert asyncio.run(browser_version())["result"]["product"].startswith(("Chrome/", "HeadlessChrome/"))
+    finally:
+        sandbox.kill()
