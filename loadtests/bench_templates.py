@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import tempfile
 import time
 import uuid
@@ -29,6 +28,7 @@ import httpx
 from e2b import Template, wait_for_port
 from e2b.template.main import TemplateFinal
 
+from loadtests._creates import timed_creates
 from loadtests._stats import row
 from tests.server_fixtures import RunningServer, running_server
 
@@ -59,26 +59,6 @@ def _builds(server: RunningServer, context: Path, runs: int) -> tuple[list[float
     return cold, changed, name
 
 
-def _ready(client: httpx.Client, template: str) -> bool:
-    match = re.search(rf'warm_pool_ready\{{template="{re.escape(template)}"\}} (\d+)', client.get("/metrics").text)
-    return match is not None and int(match[1]) >= 1
-
-
-def _creates(server: RunningServer, reference: str, pool: str | None, runs: int) -> list[float]:
-    times = []
-    with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}, timeout=120) as client:
-        for _ in range(runs + 1):
-            deadline = time.monotonic() + 60
-            while pool and not _ready(client, pool) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            began = time.perf_counter()
-            created = client.post("/v2/sandboxes", json={"templateID": reference})
-            created.raise_for_status()
-            times.append((time.perf_counter() - began) * 1000)
-            client.delete(f"/sandboxes/{created.json()['sandboxID']}")
-    return times[1:]  # the first round warms caches
-
-
 def _pool_of(server: RunningServer, name: str) -> str:
     """The warm pool's name of the template's current build: `<templateID>/<buildID>`."""
     with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}) as client:
@@ -96,12 +76,12 @@ def main() -> None:
         (context / "page.html").write_text("<title>bench</title>\n")
         with running_server(Path(tmp) / "cold") as cold:
             built, rebuilt, name = _builds(cold, context, args.runs)
-            cold_built = _creates(cold, name, None, args.runs)
-            cold_base = _creates(cold, "base", None, args.runs)
+            cold_built = timed_creates(cold, name, args.runs)
+            cold_base = timed_creates(cold, "base", args.runs)
         with running_server(Path(tmp) / "warm", "--warm", "base=1", "--warm-builds", "1") as warm:
             _, _, warm_name = _builds(warm, context, 1)
-            warm_built = _creates(warm, warm_name, _pool_of(warm, warm_name), args.runs)
-            warm_base = _creates(warm, "base", "base", args.runs)
+            warm_built = timed_creates(warm, warm_name, args.runs, pool=_pool_of(warm, warm_name))
+            warm_base = timed_creates(warm, "base", args.runs, pool="base")
     print(row("cold build of a small template (SDK)", built))
     print(row("rebuild, last step changed (SDK)", rebuilt))
     print(row("create from it, cold -> 201", cold_built))

@@ -1,0 +1,35 @@
+"""Timed E2B creates through a running server, each on an otherwise idle server: shared by the benchmarks."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+
+from tests.server_fixtures import RunningServer
+
+__all__ = ["timed_creates"]
+
+
+def _pool_ready(client: httpx.Client, pool: str) -> bool:
+    match = re.search(rf'warm_pool_ready\{{template="{re.escape(pool)}"\}} (\d+)', client.get("/metrics").text)
+    return match is not None and int(match[1]) >= 1
+
+
+def timed_creates(server: RunningServer, reference: str, runs: int, *, pool: str | None = None) -> list[float]:
+    """Milliseconds of `runs` creates (`POST /v2/sandboxes` → 201) of `reference`, each sandbox killed after;
+    with `pool` (a warm pool's name) each create first waits for the pool to hold a ready sandbox. One more
+    create before them warms caches and is not counted."""
+    times = []
+    with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}, timeout=120) as client:
+        for _ in range(runs + 1):
+            deadline = time.monotonic() + 120
+            while pool and not _pool_ready(client, pool) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            began = time.perf_counter()
+            created = client.post("/v2/sandboxes", json={"templateID": reference})
+            created.raise_for_status()
+            times.append((time.perf_counter() - began) * 1000)
+            client.delete(f"/sandboxes/{created.json()['sandboxID']}")
+    return times[1:]
