@@ -41,7 +41,8 @@ def build_images(templates_dir: Path, cache: Path, names: list[str], *, data_dir
         for template in chosen:
             if not sandboxed(template):
                 store.build(template, log=_print)
-        in_sandboxes = [template for template in chosen if sandboxed(template)]
+        # Those already built are not started again (a build ends with a trial start).
+        in_sandboxes = [template for template in chosen if sandboxed(template) and not store.is_built(template)]
         if in_sandboxes:
             asyncio.run(_build_in_sandboxes(settings, in_sandboxes))
     except (ImageBuildError, PoolError) as exc:

@@ -182,9 +182,8 @@ class LocalTemplateBuilder:
             env_vars=dict(template.env), access_token=uuid.uuid4().hex, default_user=template.user,
             default_workdir=template.workdir,
         )  # fmt: skip
-        log(
-            None, "info", f"starting {' && '.join(template.start) or 'nothing'}; ready when {template.ready!r} succeeds"
-        )
+        ready = f"ready when {template.ready!r} succeeds" if template.ready else "ready once started"
+        log(None, "info", f"starting {' && '.join(template.start) or 'nothing'}; {ready}")
         started = time.monotonic()
         try:
             async with asyncio.timeout(max(deadline - time.monotonic(), 1.0)):
