@@ -170,7 +170,7 @@ class _TemplateFile(_Config, kw_only=True):
     pause_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
     snapshot_after: Annotated[float, msgspec.Meta(gt=0)] | None = None
     freeze_only: bool | None = None
-    mcp_tools: list[Literal["desktop"]] | None = None
+    mcp_tools: list[Literal["desktop", "browser"]] | None = None
     image: str | None = None
 
 
@@ -204,7 +204,8 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     # milliseconds, memory kept) and the idle policy stops at freezing. For stacks CRIU cannot restore yet (an X
     # desktop, Chromium): a snapshot would bring them back as a fresh start, their windows and tabs gone.
     freeze_only: bool = False
-    # The kinds of MCP sandbox tools beyond the common ones (`activator._mcp`): "desktop" (screenshot, click, ...).
+    # The kinds of MCP sandbox tools beyond the common ones (`activator._mcp`): "desktop" (screenshot, click, ...),
+    # "browser" (navigate, evaluate, page_text, page_screenshot over the CDP port).
     mcp_tools: tuple[str, ...] = ()
 
 

@@ -72,3 +72,27 @@ async def test_other_templates_have_no_desktop_tools(server: RunningServer) -> N
         assert "screenshot" not in [tool["name"] for tool in created["tools"]]
     finally:
         await call(server, "deleteSandbox", {"sandboxId": created["sandboxId"]})
+
+
+async def test_the_browser_tools_load_and_read_a_page_the_sandbox_serves(server: RunningServer) -> None:
+    created = await create(server, template="browser")
+    sandbox_id = created["sandboxId"]
+    try:
+        assert {"navigate", "evaluate", "page_text", "page_screenshot"} <= {tool["name"] for tool in created["tools"]}
+        page = {"path": "/home/user/site/index.html", "content": "<title>From MCP</title><p>read me</p>"}
+        ok(await execute(server, sandbox_id, "write_file", page))
+        serve = {"command": "cd /home/user/site && python3 -m http.server 8000", "background": True}
+        ok(await execute(server, sandbox_id, "run_command", serve))
+
+        async def loaded() -> dict[str, Any] | None:
+            result = await execute(server, sandbox_id, "navigate", {"url": "http://localhost:8000/"})
+            return None if result.is_error else ok(result)
+
+        navigated = await wait_for_async(loaded, what="the page to load in the sandbox's browser")
+        assert navigated["title"] == "From MCP"
+        assert ok(await execute(server, sandbox_id, "page_text", {}))["text"] == "read me"
+        assert ok(await execute(server, sandbox_id, "evaluate", {"expression": "1 + 2"}))["value"] == 3
+        shot = await execute(server, sandbox_id, "page_screenshot", {})
+        assert [block.mime_type for block in shot.content if isinstance(block, ImageContent)] == ["image/png"]
+    finally:
+        await call(server, "deleteSandbox", {"sandboxId": sandbox_id})

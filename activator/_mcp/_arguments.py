@@ -17,15 +17,20 @@ from activator._mcp._errors import BadArguments
 from executor.envd import EnvVars
 
 __all__ = [
+    "BrowserToolArgs",
     "Click",
     "CreateSandbox",
     "DeleteSandbox",
     "DesktopToolArgs",
+    "Evaluate",
     "GetSandbox",
     "GetUrl",
     "ListFiles",
     "ListSandbox",
+    "Navigate",
     "OpenUrl",
+    "PageScreenshot",
+    "PageText",
     "Press",
     "ReadFile",
     "RunCode",
@@ -174,8 +179,25 @@ class OpenUrl(ToolArgs):
     url: Annotated[str, Meta(min_length=1, max_length=8192, description="A URL or a file path to open.")]
 
 
+class Navigate(ToolArgs):
+    url: Annotated[str, Meta(min_length=1, max_length=8192, description="The URL to load.")]
+
+
+class Evaluate(ToolArgs):
+    expression: Annotated[str, Meta(min_length=1, max_length=100_000, description="A JavaScript expression.")]
+
+
+class PageText(ToolArgs):
+    pass
+
+
+class PageScreenshot(ToolArgs):
+    pass
+
+
 DesktopToolArgs = Screenshot | Click | TypeText | Press | Scroll | OpenUrl
-SandboxToolArgs = RunCommand | ReadFile | WriteFile | ListFiles | GetUrl | RunCode | DesktopToolArgs
+BrowserToolArgs = Navigate | Evaluate | PageText | PageScreenshot
+SandboxToolArgs = RunCommand | ReadFile | WriteFile | ListFiles | GetUrl | RunCode | DesktopToolArgs | BrowserToolArgs
 
 A = TypeVar("A", bound=ToolArgs)
 

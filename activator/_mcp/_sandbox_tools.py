@@ -12,9 +12,13 @@ from msgspec import UnsetType
 from activator._errors import PortNotOpen
 from activator._mcp._arguments import (
     Click,
+    Evaluate,
     GetUrl,
     ListFiles,
+    Navigate,
     OpenUrl,
+    PageScreenshot,
+    PageText,
     Press,
     ReadFile,
     RunCode,
@@ -26,6 +30,7 @@ from activator._mcp._arguments import (
     WriteFile,
     input_schema,
 )
+from activator._mcp._browser import BROWSER_TOOL_DESCRIPTIONS, run_browser_tool
 from activator._mcp._desktop import DESKTOP_TOOL_DESCRIPTIONS, run_desktop_tool
 from activator._mcp._envd import Entry, Envd
 from activator._mcp._errors import BadArguments, UnknownTool
@@ -107,14 +112,27 @@ _DESKTOP = tuple(
 )  # fmt: skip
 
 
+_BROWSER = tuple(
+    SandboxTool(name, BROWSER_TOOL_DESCRIPTIONS[name], args)
+    for name, args in (
+        ("navigate", Navigate), ("evaluate", Evaluate), ("page_text", PageText), ("page_screenshot", PageScreenshot),
+    )
+)  # fmt: skip
+
+
 def sandbox_tools(template: Template | None) -> tuple[SandboxTool, ...]:
     """The tools of sandboxes of `template`: the common ones, plus run_code where the code interpreter runs and
     the desktop tools where the template has a desktop."""
     if template is None:
         return _COMMON
     interpreter = template.name in _INTERPRETER_TEMPLATES or INTERPRETER_PORT in template.ports
-    desktop = "desktop" in template.mcp_tools
-    return (*_COMMON, *((_RUN_CODE,) if interpreter else ()), *(_DESKTOP if desktop else ()))
+    desktop, browser = "desktop" in template.mcp_tools, "browser" in template.mcp_tools
+    return (
+        *_COMMON,
+        *((_RUN_CODE,) if interpreter else ()),
+        *(_DESKTOP if desktop else ()),
+        *(_BROWSER if browser else ()),
+    )
 
 
 def find_tool(template: Template | None, name: str) -> SandboxTool:
@@ -144,6 +162,8 @@ async def run_sandbox_tool(access: SandboxAccess, urls: SandboxUrls, args: Sandb
             return await _run_code(access, args)
         case Screenshot() | Click() | TypeText() | Press() | Scroll() | OpenUrl():
             return await run_desktop_tool(_envd(access), args)
+        case Navigate() | Evaluate() | PageText() | PageScreenshot():
+            return await run_browser_tool(access.connect, args)
 
 
 def _envd(access: SandboxAccess) -> Envd:

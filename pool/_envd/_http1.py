@@ -122,12 +122,14 @@ class Connection:
         return last is None or (last.complete and last.headers.get("connection", "").lower() != "close")
 
     async def request(self, method: str, target: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
-        """Send one request and return the response once its head is read."""
+        """Send one request and return the response once its head is read (`Host: envd` unless `headers` name one:
+        a server in the sandbox may answer only its own name, as Chromium's DevTools answers only localhost)."""
         what = f"{method} {target.split('?', 1)[0]}"
         if not self.reusable:
             raise ExecutorError(f"the connection cannot carry another request ({what})")
-        lines = [f"{method} {target} HTTP/1.1", "Host: envd", f"Content-Length: {len(body)}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
+        host = next((value for name, value in headers.items() if name.lower() == "host"), "envd")
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}"]
+        lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() != "host"]
         response = self._last = Response(self._reader, what)
         try:
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -1,0 +1,130 @@
+"""The browser tools of `sandboxExecutor` (templates with `mcp_tools = ["browser"]`): drive the sandbox's
+Chromium over the DevTools protocol on its port 9222, from the server, so a model can look at a page.
+
+Each call finds the first page target (`/json/list`, with the `Host: localhost` Chromium insists on), opens its
+WebSocket over a fresh socket into the sandbox, sends one or two CDP commands and closes. The page lives on in
+the browser between calls, so `navigate` then `page_text` reads what was loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from websockets.asyncio.client import connect as websocket_connect
+from websockets.exceptions import WebSocketException
+
+from activator._mcp._arguments import BrowserToolArgs, Evaluate, Navigate, PageScreenshot, PageText
+from activator._mcp._errors import ToolError
+from activator._mcp._output import MAX_STREAM_BYTES
+from pool import envd
+
+__all__ = ["BROWSER_TOOL_DESCRIPTIONS", "CDP_PORT", "run_browser_tool"]
+
+CDP_PORT = 9222
+_LOCAL = f"localhost:{CDP_PORT}"
+_TIMEOUT = 30.0
+_MAX_MESSAGE = 16 << 20  # a screenshot of a large page
+_LOADED = (
+    "new Promise(r => document.readyState === 'complete' ? r() : addEventListener('load', () => r(), {once: true}))"
+)
+
+BROWSER_TOOL_DESCRIPTIONS = {
+    "navigate": "Load a URL in the sandbox's browser (http://localhost:<port> is a server in the sandbox) and "
+    "wait until the page has loaded; returns its final URL and title.",
+    "evaluate": "Evaluate a JavaScript expression in the current page (awaited if it is a promise); returns its "
+    "value as JSON.",
+    "page_text": f"The visible text of the current page (its URL and title too), at most {MAX_STREAM_BYTES // 1024} "
+    "KiB.",
+    "page_screenshot": "A PNG of the current page's viewport (returned as an image).",
+}
+
+
+class _Target(msgspec.Struct):
+    type: str
+    webSocketDebuggerUrl: str = ""  # noqa: N815 - Chromium's name
+
+
+Connect = Callable[[int], Awaitable[socket.socket]]
+
+
+async def run_browser_tool(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
+    """Run one browser tool against the first page of the sandbox's Chromium."""
+    try:
+        async with asyncio.timeout(_TIMEOUT):
+            return await _run(connect, args)
+    except TimeoutError as exc:
+        raise ToolError(f"the browser did not answer within {_TIMEOUT:g} s") from exc
+    except (OSError, WebSocketException) as exc:
+        raise ToolError(f"the browser's DevTools port ({CDP_PORT}) did not answer: {exc}") from exc
+
+
+async def _run(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
+    page = await _page(connect)
+    async with websocket_connect(page, sock=await connect(CDP_PORT), max_size=_MAX_MESSAGE) as cdp:
+        session = _Cdp(cdp)
+        match args:
+            case Navigate(url=url):
+                navigated = await session.call("Page.navigate", {"url": url})
+                if navigated.get("errorText"):
+                    raise ToolError(f"the browser could not load {url}: {navigated['errorText']}")
+                await session.evaluate(_LOADED)
+                return await session.where()
+            case Evaluate(expression=expression):
+                return {"value": await session.evaluate(expression)}
+            case PageText():
+                text = str(await session.evaluate("document.body ? document.body.innerText : ''"))
+                cut = text.encode()[:MAX_STREAM_BYTES].decode(errors="ignore")
+                note = {"note": f"cut to {MAX_STREAM_BYTES} bytes"} if cut != text else {}
+                return await session.where() | {"text": cut} | note
+            case PageScreenshot():
+                shot = await session.call("Page.captureScreenshot", {"format": "png"})
+                return {"image": {"mimeType": "image/png", "data": shot["data"]}}
+
+
+async def _page(connect: Connect) -> str:
+    """The DevTools WebSocket URL of the browser's first page."""
+    sock = await connect(CDP_PORT)
+    async with envd.exchange(sock, "GET", "/json/list", {"Host": _LOCAL}) as response:
+        body = await response.prefix(1 << 20)
+    if response.status != 200:
+        raise ToolError(f"the browser's DevTools answered {response.status}: {body[:300]!r}")
+    pages = [t for t in msgspec.json.decode(body, type=list[_Target]) if t.type == "page" and t.webSocketDebuggerUrl]
+    if not pages:
+        raise ToolError("the browser has no page open")
+    return pages[0].webSocketDebuggerUrl
+
+
+class _Cdp:
+    """One CDP connection: commands with increasing ids; events in between are skipped."""
+
+    def __init__(self, socket: Any) -> None:
+        self._socket = socket
+        self._id = 0
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self._id += 1
+        command = {"id": self._id, "method": method, "params": params or {}}
+        await self._socket.send(msgspec.json.encode(command).decode())
+        while True:
+            message = msgspec.json.decode(await self._socket.recv())
+            if isinstance(message, dict) and message.get("id") == self._id:
+                if "error" in message:
+                    raise ToolError(f"{method}: {message['error'].get('message', message['error'])}")
+                result: dict[str, Any] = message.get("result", {})
+                return result
+
+    async def where(self) -> dict[str, Any]:
+        """The page's URL and title."""
+        return {"url": await self.evaluate("location.href"), "title": await self.evaluate("document.title")}
+
+    async def evaluate(self, expression: str) -> Any:
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        result = await self.call("Runtime.evaluate", params)
+        if "exceptionDetails" in result:
+            details = result["exceptionDetails"]
+            raise ToolError(f"the expression threw: {details.get('exception', {}).get('description', details)}")
+        return result.get("result", {}).get("value")
