@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
-__all__ = ["LogLevel", "LogLine", "SandboxLogs"]
+__all__ = ["LOG_LEVELS", "LogLevel", "LogLine", "SandboxLogs"]
 
 LogLevel = Literal["debug", "info", "warn", "error"]
+LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)  # lowest first
 
 _log = logging.getLogger("activator")
 _PY_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}

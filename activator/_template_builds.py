@@ -21,6 +21,7 @@ import msgspec
 
 from activator._catalog import DEFAULT_TAG, TemplateCatalog, build_key
 from activator._errors import ActivatorError, InvalidRequest, NotSupported
+from activator._logs import LOG_LEVELS, LogLevel
 from activator._template_files import TemplateFiles
 from activator._template_records import BuildLogEntry, BuildRecord, TemplateLedger, TemplateRecord
 from pool import PoolError, RegistryLogin, Template, TemplateBuilder, TemplateBuildFailed
@@ -45,7 +46,6 @@ _log = logging.getLogger("activator")
 
 MAX_CONCURRENT_BUILDS = 2
 MAX_LOG_ENTRIES = 10_000
-Level = Literal["debug", "info", "warn", "error"]
 
 
 class BuildNotFound(ActivatorError):
@@ -338,9 +338,10 @@ def _template_id() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(20))
 
 
-def _entry(at: float, level: Level, message: str, step: str | None = None) -> BuildLogEntry:
+def _entry(at: float, level: LogLevel, message: str, step: str | None = None) -> BuildLogEntry:
     return BuildLogEntry(timestamp=at, level=level, message=message, step=step)
 
 
-def _level(level: str) -> Level:
-    return level if level in ("debug", "info", "warn", "error") else "info"  # type: ignore[return-value]
+def _level(level: str) -> LogLevel:
+    """A runtime's log level as a build log's: an unknown one is "info"."""
+    return next((known for known in LOG_LEVELS if known == level), "info")

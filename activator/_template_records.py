@@ -12,6 +12,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from activator._logs import LogLevel
 from pool import Template
 
 __all__ = ["BuildLogEntry", "BuildRecord", "BuildStatus", "TemplateLedger", "TemplateRecord"]
@@ -21,7 +22,7 @@ BuildStatus = Literal["waiting", "building", "ready", "error"]
 
 class BuildLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     timestamp: float  # unix seconds
-    level: Literal["debug", "info", "warn", "error"]
+    level: LogLevel
     message: str
     step: str | None = None  # E2B's step label: "base", "1".. (the SDK's own step numbers), "finalize"
 

@@ -223,3 +223,17 @@ def test_with_warm_builds_a_tagged_build_keeps_a_ready_sandbox_and_a_create_clai
         sbx.kill()
     httpx.delete(f"{warm_builds_server.url}/templates/{name}", headers={"X-API-Key": warm_builds_server.api_key})
     wait_for(lambda: _pool_figure(warm_builds_server, "target", pooled) == 0, what="the deleted build's pool to go")
+
+
+def test_what_a_build_cannot_honour_or_read_is_a_400(e2b_env: RunningServer) -> None:
+    headers = {"X-API-Key": e2b_env.api_key}
+    grown = httpx.post(f"{e2b_env.url}/v3/templates", headers=headers, json={"name": "grow-me", "minFreeDiskMb": 512})
+    assert grown.status_code == 400
+    assert "minFreeDiskMb is not supported" in grown.json()["message"]
+    made = httpx.post(f"{e2b_env.url}/v3/templates", headers=headers, json={"name": f"lv-{uuid.uuid4().hex[:8]}"})
+    assert made.status_code == 202
+    ids = made.json()
+    status = f"{e2b_env.url}/templates/{ids['templateID']}/builds/{ids['buildID']}/status"
+    assert httpx.get(status, headers=headers, params={"level": "loud"}).status_code == 400
+    assert httpx.get(status, headers=headers, params={"level": "warn"}).json()["status"] == "waiting"
+    httpx.delete(f"{e2b_env.url}/templates/{ids['templateID']}", headers=headers)

@@ -10,7 +10,7 @@ import msgspec
 
 from activator._e2b import _wire
 from activator._errors import InvalidRequest
-from activator._logs import LogLine
+from activator._logs import LOG_LEVELS, LogLevel, LogLine
 from activator._network import check_private_ingress, egress_in_force, mask_host
 from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState, record_time
 from activator._settings import ActivatorSettings
@@ -44,7 +44,6 @@ WIRE_STATES: dict[WireState, frozenset[SandboxState]] = {
     "running": frozenset({SandboxState.RUNNING}),
     "paused": frozenset({SandboxState.PAUSED}),
 }
-_LEVELS = ("debug", "info", "warn", "error")
 _WIRE_STATE: dict[SandboxState, WireState] = {state: wire for wire, states in WIRE_STATES.items() for state in states}
 
 
@@ -219,10 +218,10 @@ def check_template_name(name: str) -> None:
         )
 
 
-def build_status(build: BuildRecord, *, offset: int, limit: int, level: str | None) -> _wire.TemplateBuildStatus:
+def build_status(build: BuildRecord, *, offset: int, limit: int, level: LogLevel | None) -> _wire.TemplateBuildStatus:
     """A build's status with its log entries `offset`.. (at most `limit`), and on error the failing step's
     warnings and errors (E2B's `reason.logEntries`)."""
-    entries = [e for e in build.logs if level is None or _LEVELS.index(e.level) >= _LEVELS.index(level)]
+    entries = [e for e in build.logs if level is None or LOG_LEVELS.index(e.level) >= LOG_LEVELS.index(level)]
     page = [build_log_entry(e) for e in entries[offset : offset + limit]]
     reason = None
     if build.status == "error":

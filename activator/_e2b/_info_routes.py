@@ -14,7 +14,7 @@ from activator._e2b import _convert, _wire
 from activator._e2b._auth import EXCLUDE_FROM_AUTH
 from activator._e2b._query import decode_metadata_filter, decode_states
 from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
-from activator._logs import LogLine
+from activator._logs import LOG_LEVELS, LogLevel, LogLine
 from activator._records import SandboxState
 
 __all__ = ["INFO_ROUTES"]
@@ -22,7 +22,6 @@ __all__ = ["INFO_ROUTES"]
 _Limit = Annotated[int, QueryParameter(ge=1, le=100)]
 _LogLimit = Annotated[int, QueryParameter(ge=0, le=1000)]
 _Millis = Annotated[int | None, QueryParameter(ge=0)]
-_LEVELS = ("debug", "info", "warn", "error")
 
 
 @get("/health", opt={EXCLUDE_FROM_AUTH: True}, sync_to_thread=False)
@@ -111,7 +110,7 @@ def logs_v2(
     cursor: _Millis = None,
     limit: _LogLimit = 1000,
     direction: FromQuery[Literal["forward", "backward"]] = "forward",
-    level: FromQuery[Literal["debug", "info", "warn", "error"]] = "debug",
+    level: FromQuery[LogLevel] = "debug",
     search: Annotated[str | None, QueryParameter(max_length=256)] = None,
 ) -> _wire.LogsV2:
     """Lifecycle entries at or above `level` containing `search`, from `cursor` (unix ms) in `direction`."""
@@ -121,7 +120,7 @@ def logs_v2(
     wanted = [
         line
         for line in lines
-        if _LEVELS.index(line.level) >= _LEVELS.index(level)
+        if LOG_LEVELS.index(line.level) >= LOG_LEVELS.index(level)
         and (search is None or search in line.message)
         and (cursor is None or _from_cursor(line, cursor, direction))
     ]

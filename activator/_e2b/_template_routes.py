@@ -20,6 +20,7 @@ from activator._e2b._auth import EXCLUDE_FROM_AUTH
 from activator._e2b._state import ActivatorDep, OwnerDep
 from activator._e2b._template_steps import BaseRefused, BuildStart, plan_build
 from activator._errors import ActivatorError, InvalidRequest
+from activator._logs import LogLevel
 from activator._template_builds import BuildFailure, BuildPlan
 from activator._template_files import MAX_TEMPLATE_FILES_BYTES
 from pool import Resources, Template
@@ -39,6 +40,10 @@ async def request_build(
     reference = data.name or data.alias
     if not reference:
         raise InvalidRequest("a template build needs a name")
+    if data.min_free_disk_mb:  # 0 asks for no growth, which is what happens
+        raise InvalidRequest(
+            "minFreeDiskMb is not supported by this server: a sandbox's disk is not grown (nor limited)"
+        )
     name, tag = split_reference(reference)
     _convert.check_template_name(name)
     tags = list(dict.fromkeys([*([tag] if tag else []), *data.tags])) or [DEFAULT_TAG]
@@ -120,7 +125,7 @@ def build_status(
     template_id: FromPath[str], build_id: FromPath[str], activator: ActivatorDep, owner: OwnerDep,
     logs_offset: Annotated[int, QueryParameter(name="logsOffset", ge=0)] = 0,
     limit: Annotated[int, QueryParameter(ge=0, le=100)] = 100,
-    level: FromQuery[str | None] = None,
+    level: FromQuery[LogLevel | None] = None,
 ) -> _wire.TemplateBuildStatus:  # fmt: skip
     """The build's status and its log entries from `logsOffset` on (at most `limit`, E2B's 100)."""
     build = activator.template_builds.build(owner, template_id, build_id)
