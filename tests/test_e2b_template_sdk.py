@@ -4,6 +4,7 @@ from them. The apt, pip and npm steps reach Debian's archive, PyPI and npm: the 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,24 +169,43 @@ def test_the_async_sdk_builds_with_its_resources_skip_cache_and_a_dockerfile(
         httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
 
 
+# Each start command becomes ready only after a second; the check passes only once it has.
+_LATE = "sleep 1 && "
+
+
 @pytest.mark.parametrize(
-    ("ready", "wanted"),
+    ("ready", "start", "check"),
     [
-        (wait_for_file("/tmp/ready-file"), "touch /tmp/ready-file && sleep infinity"),
-        (wait_for_process("sleep"), "sleep infinity"),
-        (wait_for_timeout(1000), "sleep infinity"),
+        (wait_for_file("/tmp/ready"), f"{_LATE}touch /tmp/ready && sleep infinity", "test -f /tmp/ready"),
+        (wait_for_process("late-worker"), f"cp /bin/sleep /tmp/late-worker && {_LATE}exec /tmp/late-worker infinity",
+         "pgrep -x late-worker"),
+        (wait_for_port(8124), f"{_LATE}exec python3 -m http.server 8124", "curl -fs -o /dev/null localhost:8124"),
+        (wait_for_url("http://localhost:8125/"), f"{_LATE}exec python3 -m http.server 8125",
+         "curl -fs -o /dev/null localhost:8125"),
     ],
-)
-def test_every_ready_helper_is_waited_for(e2b_env: RunningServer, ready: Any, wanted: str) -> None:
+)  # fmt: skip
+def test_every_ready_helper_is_waited_for(e2b_env: RunningServer, ready: Any, start: str, check: str) -> None:
     name = f"ready-{uuid.uuid4().hex[:8]}"
-    template = Template().from_template("base").set_start_cmd(wanted, ready)
+    template = Template().from_template("base").set_start_cmd(start, ready)
     try:
         Template.build(template, name)
         sbx = Sandbox.create(name, timeout=60)
         try:
-            assert sbx.commands.run("pgrep -x sleep").exit_code == 0  # the start command runs when create returns
+            assert sbx.commands.run(check).exit_code == 0  # ready at once: create waited for it
         finally:
             sbx.kill()
+    finally:
+        httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
+
+
+def test_a_timed_ready_command_makes_every_create_wait_for_it(e2b_env: RunningServer) -> None:
+    name = f"ready-{uuid.uuid4().hex[:8]}"
+    try:
+        Template.build(Template().from_template("base").set_start_cmd("sleep infinity", wait_for_timeout(2000)), name)
+        began = time.monotonic()
+        sbx = Sandbox.create(name, timeout=60)
+        assert time.monotonic() - began >= 2.0  # `sleep 2`; a lower bound: a loaded machine only makes it longer
+        sbx.kill()
     finally:
         httpx.delete(f"{e2b_env.url}/templates/{name}", headers={"X-API-Key": e2b_env.api_key})
 
