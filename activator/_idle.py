@@ -35,7 +35,7 @@ class IdlePolicy:
         t = self._templates.get(template)
         pause_after, snapshot_after = self._server
         if t is None:
-            return self._server
+            return _pick(pause_after, None), _pick(snapshot_after, None)
         return _pick(pause_after, t.pause_after), None if t.freeze_only else _pick(snapshot_after, t.snapshot_after)
 
     def soonest(self, template: str) -> float | None:

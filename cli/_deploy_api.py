@@ -107,7 +107,7 @@ class ControlPlane:
         response = self._client.request(method, path, params=params, json=json)
         if response.is_success:
             return response
-        message = _message(response)
+        message = error_message(response)
         if response.status_code in (401, 403):
             raise DeployError(f"{self._client.base_url} refused the API key ({response.status_code}): {message}")
         raise DeployError(f"{method} {path} failed: {response.status_code} {message}")
@@ -126,7 +126,8 @@ def _connected(response: httpx.Response) -> Connected:
     return Connected(sandbox_id=sandbox.sandbox_id, domain=sandbox.domain, access_token=sandbox.envd_access_token)
 
 
-def _message(response: httpx.Response) -> str:
+def error_message(response: httpx.Response) -> str:
+    """The `message` of an E2B-shaped error answer (else its text), at most 300 characters."""
     try:
         message = msgspec.json.decode(response.content).get("message")
     except (msgspec.DecodeError, AttributeError):

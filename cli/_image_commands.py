@@ -57,14 +57,9 @@ async def _build_in_sandboxes(settings: ServeSettings, templates: list[Template]
     )  # fmt: skip
     try:
         for template in templates:
-            await runtime.build_template(template, lambda _layer, _level, line: _print(line), files=_no_files,
-                                         within=3600)  # fmt: skip
+            await runtime.build_builtin(template, _print)
     finally:
         runtime.close()
-
-
-def _no_files(files_hash: str) -> Path:
-    raise KeyError(f"a built-in template names uploaded files {files_hash}")
 
 
 def _print(line: str) -> None:

@@ -31,6 +31,12 @@ def _warm_target(text: str) -> tuple[str, int]:
     return name, int(count)
 
 
+def _warm_builds(text: str) -> int:
+    if not text.isdigit() or int(text) > 100:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 100, not {text!r}")
+    return int(text)
+
+
 def _env_warm() -> list[tuple[str, int]]:
     value = os.environ.get(_ENV_PREFIX + "WARM", "")
     return [_warm_target(item) for item in value.split(",") if item]
@@ -134,8 +140,9 @@ def _parser() -> argparse.ArgumentParser:
         "--warm", type=_warm_target, action="append", default=_env_warm(), metavar="TEMPLATE=N",
         help="keep N started sandboxes of TEMPLATE ready for creates (repeatable; env AGENT_SANDBOX_WARM=a=1,b=2)",
     )
-    _env_option(serve, "--warm-builds", defaults.warm_builds, type=int, metavar="N",
-        help="keep N started sandboxes ready of every tagged build of the keys' own templates (default %(default)s)")
+    _env_option(serve, "--warm-builds", defaults.warm_builds, type=_warm_builds, metavar="N",
+        help="local runtime: keep N (0-100) started sandboxes ready of every tagged build of the keys' own "
+        "templates (default %(default)s)")
     _env_option(serve, "--hold-deadline", defaults.hold_deadline, type=float,
         help="seconds a held request waits for its sandbox; past it 504 (default %(default)s)")
     serve.add_argument("--sandbox-dns", type=_address, action="append", default=_env_list("--sandbox-dns", _address),

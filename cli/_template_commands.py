@@ -10,6 +10,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from cli._deploy_api import error_message
 from cli._server_client import NoApiKey, server_and_key
 
 __all__ = ["run_template_command"]
@@ -28,14 +29,17 @@ def run_template_command(args: argparse.Namespace) -> int:
     """`templates list` or `templates delete NAME`; the exit status."""
     try:
         url, key = server_and_key(args)
+    except NoApiKey as exc:
+        return _fail(str(exc))
+    try:
         with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=30.0) as api:
             if args.templates_command == "list":
                 return _list(api)
             return _delete(api, args.name)
-    except NoApiKey as exc:
-        return _fail(str(exc))
     except httpx.HTTPError as exc:
-        return _fail(f"cannot reach agent-sandbox at {args.url or 'the server'}: {exc or type(exc).__name__}")
+        return _fail(f"cannot reach agent-sandbox at {url}: {exc or type(exc).__name__}")
+    except msgspec.DecodeError as exc:
+        return _fail(f"{url} did not answer as agent-sandbox does: {exc}")
 
 
 def _list(api: httpx.Client) -> int:
@@ -61,11 +65,7 @@ def _delete(api: httpx.Client, name: str) -> int:
 
 
 def _refused(response: httpx.Response) -> int:
-    try:
-        message = msgspec.json.decode(response.content, type=dict[str, object]).get("message", response.text)
-    except msgspec.DecodeError:
-        message = response.text
-    return _fail(f"{response.status_code}: {message}")
+    return _fail(f"{response.status_code}: {error_message(response)}")
 
 
 def _fail(message: str) -> int:

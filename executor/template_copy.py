@@ -28,8 +28,11 @@ def copy_step(archive: str, source: str, dest: str, user: str, mode: str, workdi
     """Copy, chown and chmod as the module says; the paths written, deepest last."""
     scratch = tempfile.mkdtemp(prefix=".template-copy-")
     try:
-        subprocess.run(["tar", "-xf", archive, "-C", scratch, "--no-same-owner"], check=True)
-        matches = sorted(glob.glob(os.path.join(scratch, source.lstrip("/")), recursive=True))
+        if subprocess.run(["tar", "-xf", archive, "-C", scratch, "--no-same-owner"], check=False).returncode:
+            raise SystemExit(f"COPY {source}: the uploaded files are not a tar archive tar can read")
+        literal = os.path.join(scratch, source.lstrip("/"))  # a name like app/[id]/page.tsx is no pattern
+        found = [literal] if os.path.lexists(literal) else glob.glob(literal, recursive=True, include_hidden=True)
+        matches = sorted(found)
         if not matches:
             raise SystemExit(f"COPY {source}: no such file in the uploaded files")
         target = dest if os.path.isabs(dest) else os.path.join(workdir, dest)
@@ -58,8 +61,8 @@ def _merge(directory: str, target: str) -> list[str]:
             path = os.path.join(here, name)
             if os.path.islink(os.path.join(parent, name)):
                 written += _file(os.path.join(parent, name), path)
-            else:
-                os.makedirs(path, exist_ok=True)
+            elif not os.path.isdir(path):  # a directory that is there already keeps its own mode and owner
+                os.makedirs(path)
                 shutil.copystat(os.path.join(parent, name), path)
                 written.append(path)
         for name in files:
@@ -89,7 +92,10 @@ def _parents(target: str) -> list[str]:
 
 def _own(paths: list[str], user: str, mode: str) -> None:
     if user:
-        entry = pwd.getpwnam(user)
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            raise SystemExit(f"COPY: there is no user {user!r} to own the files (a set_user step makes one)") from None
         for path in paths:
             os.lchown(path, entry.pw_uid, entry.pw_gid)
     if mode:  # files only: a directory given a file's mode (0644) could no longer be entered

@@ -297,7 +297,10 @@ async def _relay_response(
     if rewrite is not None and any(
         name == b"content-type" and value.lower().startswith(b"application/json") for name, value in headers
     ):
-        await _relay_rewritten(conn, send, status, headers, rewrite)
+        try:
+            await _relay_rewritten(conn, send, status, headers, rewrite)
+        except UpstreamError as exc:  # nothing was sent yet: the client gets an answer in E2B's shape
+            await send_error(send, error_reply(exc, sandbox_id))
         return
     await send({"type": "http.response.start", "status": status, "headers": headers})
     complete = False

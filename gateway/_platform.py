@@ -9,7 +9,6 @@ import os
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
@@ -46,7 +45,6 @@ from pool import (
     RuntimeCapabilities,
     Template,
     WarmPools,
-    has_sandboxed_layers,
     load_templates,
     open_kube_runtime,
     while_leading,
@@ -98,18 +96,7 @@ async def _build_missing_images(runtime: LocalRuntime, templates: dict[str, Temp
     for template in templates.values():
         if not runtime.images.is_built(template):
             _log.info("building the layers of template %r (once; later starts reuse them)", template.name)
-            if has_sandboxed_layers(template):
-                await runtime.build_template(template, _log_build, files=_no_files, within=3600)
-            else:
-                await asyncio.to_thread(runtime.images.build, template, _log.info)
-
-
-def _log_build(_layer: int | None, _level: str, line: str) -> None:
-    _log.info("%s", line)
-
-
-def _no_files(files_hash: str) -> Path:
-    raise KeyError(f"a built-in template names uploaded files {files_hash}")
+            await runtime.build_builtin(template, _log.info)
 
 
 @asynccontextmanager
@@ -132,6 +119,8 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         pools = _warm_pools(runtime, templates, settings)
         if isinstance(runtime, KubernetesRuntime) and isinstance(pools, KubeWarmPools):
             runtime.set_warm_source(pools.claim_for)  # a resume from zero adopts a warm pod when one is ready
+        if settings.warm_builds and isinstance(runtime, KubernetesRuntime):
+            raise SystemExit("agent-sandbox: --warm-builds: the kubernetes runtime builds no templates to keep warm")
         builds = (
             TemplateBuildSource(store, runtime, TemplateFiles(settings.data_dir / "template-files"), pools)
             if isinstance(runtime, LocalRuntime) and isinstance(store, SqliteStore) and isinstance(pools, WarmPools)

@@ -56,7 +56,7 @@ def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, 
     if ingress is None:
         return Forwarding()
     token = ingress.traffic_access_token
-    if token is not None and ingress.needs_token(route.port):
+    if token is not None and ingress.needs_token(route.port):  # `token` narrowed for the comparison below
         given = next((value for name, value in headers if name == TRAFFIC_TOKEN_HEADER), None)
         if given is None:
             raise TrafficRefused(_MISSING)

@@ -24,6 +24,7 @@ Connect = Callable[[int], Awaitable[socket.socket]]
 _FIRST_RETRY = 0.005
 _LAST_RETRY = 0.1
 _READY_RETRY = 1.0
+_KEPT_OUTPUT = 4096  # bytes of a ready command's output kept for the error
 
 
 async def bring_up(connect: Connect, spec: SandboxSpec, *, ports_timeout: float) -> list[int]:
@@ -70,8 +71,11 @@ async def wait_until_ready(connect: Connect, spec: SandboxSpec, *, within: float
         async with asyncio.timeout(within):
             while True:
                 output.clear()
-                if await _succeeds(connect, spec, ready, output, within):
-                    return
+                try:
+                    if await _succeeds(connect, spec, ready, output, within):
+                        return
+                except RuntimeFailure as exc:  # one failed attempt (the executor busy starting): try again
+                    output[:] = str(exc).encode()[-_KEPT_OUTPUT:]
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _READY_RETRY)
     except TimeoutError as exc:
@@ -85,6 +89,7 @@ async def wait_until_ready(connect: Connect, spec: SandboxSpec, *, within: float
 async def _succeeds(connect: Connect, spec: SandboxSpec, command: str, output: bytearray, within: float) -> bool:
     def keep(data: DataEvent) -> None:
         output.extend(data.stdout or data.stderr or b"")
+        del output[: max(len(output) - _KEPT_OUTPUT, 0)]
 
     sock = await connect(ENVD_PORT)
     token = spec.init.access_token

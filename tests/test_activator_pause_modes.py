@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from activator import Activator, GuestUnresponsive, SandboxState, Store
+from activator._idle import IdlePolicy
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, clock, request, runtime, store, template
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +74,23 @@ async def test_a_pause_whose_memory_snapshot_fails_keeps_the_sandbox_frozen_not_
     await act.connect("alice", sandbox.id, 60)
     assert sandbox.id not in runtime.frozen  # thawed, not restored
     assert ("restore", sandbox.id) not in runtime.calls
+
+
+async def test_a_freeze_only_template_is_frozen_by_a_pause_and_never_snapshotted_when_idle(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    frozen_only = msgspec.structs.replace(template("desktop", snapshot_after=1.0), freeze_only=True)
+    act = activator(store, runtime, clock, frozen_only)
+    sandbox = await act.create("alice", request(template="desktop"))
+    await act.pause("alice", sandbox.id)
+    assert act.get("alice", sandbox.id).state is SandboxState.PAUSED
+    assert sandbox.id in runtime.frozen
+    assert ("snapshot", sandbox.id) not in runtime.calls  # not even tried
+    idle = IdlePolicy({"desktop": frozen_only}, pause_after=None, snapshot_after=0.5)
+    assert idle.thresholds("desktop") == (None, None)
+
+
+def test_the_servers_off_switch_holds_for_templates_built_after_the_start() -> None:
+    idle = IdlePolicy({}, pause_after=0, snapshot_after=0)  # 0: never
+    assert idle.thresholds("a-build/of-a-key") == (None, None)
+    assert IdlePolicy({}, pause_after=30, snapshot_after=None).thresholds("a-build/of-a-key") == (30, None)

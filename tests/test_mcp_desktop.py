@@ -63,6 +63,8 @@ async def test_the_desktop_tools_see_and_drive_the_screen(server: RunningServer,
     _, after = await _screenshot(server, sandbox_id)
     assert after.tobytes() != before.tobytes()
     assert ok(await execute(server, sandbox_id, "click", {"x": 10, "y": 10}))["clicked"] == [10, 10]
+    where = {"command": "xdotool getmouselocation", "envs": {"DISPLAY": ":0"}}
+    assert ok(await execute(server, sandbox_id, "run_command", where))["stdout"].startswith("x:10 y:10 ")
     assert ok(await execute(server, sandbox_id, "scroll", {"direction": "down", "amount": 2}))["amount"] == 2
 
 

@@ -140,3 +140,37 @@ async def test_the_base_root_has_the_updates_and_security_suites(runtime: LocalR
     sources = (IMAGE_CACHE / "layers" / key / "etc/apt/sources.list").read_text().splitlines()
     assert "deb http://deb.debian.org/debian bookworm-updates main" in sources
     assert "deb http://deb.debian.org/debian-security bookworm-security main" in sources
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, content in members.items():
+            member = tarfile.TarInfo(name)
+            member.size, member.mode = len(content), 0o644
+            tar.addfile(member, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+async def test_copy_runs_on_the_images_python_with_dockers_rules(runtime: LocalRuntime, tmp_path: Path) -> None:
+    """COPY's helper runs on the image's own Python (3.11.2): hidden files match a glob, a name with brackets is
+    a name, and a directory that is there already keeps its mode and owner."""
+    nonce = uuid.uuid4().hex
+    archive = tmp_path / "files.tar"
+    archive.write_bytes(_tar({".env": b"A=1\n", "app/[id]/page.txt": b"page\n", "kept/readme": b"hi\n"}))
+    layers: list[Layer] = [
+        RunLayer(script="mkdir -p /srv/kept && chmod 0750 /srv/kept", rebuild=nonce),
+        CopyLayer(files=HASH, source="*", dest="/srv/hidden/", rebuild=nonce),
+        CopyLayer(files=HASH, source=".", dest="/srv/", user="user", rebuild=nonce),  # merges into /srv/kept
+        CopyLayer(files=HASH, source="app/[id]/page.txt", dest="/srv/page.txt", rebuild=nonce),
+    ]
+    template = _template(layers)
+    try:
+        await runtime.build_template(template, lambda *_: None, files={HASH: archive}.__getitem__, within=600)
+        await runtime.start(spec("copyrules1", template))
+        script = "stat -c '%a %U' /srv/kept /srv/kept/readme; cat /srv/hidden/.env /srv/page.txt"
+        shown = await _run(runtime, "copyrules1", script)
+        assert shown.splitlines() == ["750 root", "644 user", "A=1", "page"]
+    finally:
+        await runtime.stop("copyrules1")
+        _forget_layers(runtime, template)

@@ -18,7 +18,7 @@ from websockets.asyncio.client import connect as websocket_connect
 from websockets.exceptions import WebSocketException
 
 from activator._mcp._arguments import BrowserToolArgs, Evaluate, Navigate, PageScreenshot, PageText
-from activator._mcp._errors import ToolError
+from activator._mcp._errors import ToolError, executor_failures
 from activator._mcp._output import MAX_STREAM_BYTES
 from pool import envd
 
@@ -55,11 +55,14 @@ async def run_browser_tool(connect: Connect, args: BrowserToolArgs) -> dict[str,
     """Run one browser tool against the first page of the sandbox's Chromium."""
     try:
         async with asyncio.timeout(_TIMEOUT):
-            return await _run(connect, args)
+            with executor_failures():
+                return await _run(connect, args)
     except TimeoutError as exc:
         raise ToolError(f"the browser did not answer within {_TIMEOUT:g} s") from exc
     except (OSError, WebSocketException) as exc:
         raise ToolError(f"the browser's DevTools port ({CDP_PORT}) did not answer: {exc}") from exc
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ToolError(f"the browser's DevTools port answered something that is not CDP: {exc}") from exc
 
 
 async def _run(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
@@ -74,7 +77,10 @@ async def _run(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
                 await session.evaluate(_LOADED)
                 return await session.where()
             case Evaluate(expression=expression):
-                return {"value": await session.evaluate(expression)}
+                value = await session.evaluate(expression)
+                if len(msgspec.json.encode(value)) > MAX_STREAM_BYTES:
+                    raise ToolError(f"the value is larger than {MAX_STREAM_BYTES} bytes as JSON: return a part of it")
+                return {"value": value}
             case PageText():
                 text = str(await session.evaluate("document.body ? document.body.innerText : ''"))
                 cut = text.encode()[:MAX_STREAM_BYTES].decode(errors="ignore")
@@ -82,6 +88,8 @@ async def _run(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
                 return await session.where() | {"text": cut} | note
             case PageScreenshot():
                 shot = await session.call("Page.captureScreenshot", {"format": "png"})
+                if not isinstance(shot.get("data"), str):
+                    raise ToolError("the browser sent no screenshot")
                 return {"image": {"mimeType": "image/png", "data": shot["data"]}}
 
 
@@ -127,4 +135,6 @@ class _Cdp:
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             raise ToolError(f"the expression threw: {details.get('exception', {}).get('description', details)}")
-        return result.get("result", {}).get("value")
+        value = result.get("result", {})
+        # NaN, Infinity, -0 and BigInts have no JSON form: CDP sends them as text.
+        return value.get("value", value.get("unserializableValue"))

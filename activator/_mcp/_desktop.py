@@ -77,10 +77,12 @@ async def _screenshot(envd: Envd) -> dict[str, Any]:
     try:
         content = await envd.read_file(path, MAX_SCREENSHOT_BYTES)
     finally:
-        await _shell(envd, f"rm -f {path}")
+        await envd.run(f"rm -f {path}", cwd="", envs={}, kill_after=_TIMEOUT)  # its failure hides no other error
     if content.size > len(content.data):
         raise ToolError(f"the screenshot is larger than {MAX_SCREENSHOT_BYTES} bytes")
     width, _, height = size.strip().partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        raise ToolError(f"the desktop did not report its size (xdpyinfo said {size.strip()[:100]!r})")
     image = {"mimeType": "image/png", "data": base64.b64encode(content.data).decode()}
     return {"width": int(width), "height": int(height), "bytes": content.size, "image": image}
 

@@ -126,6 +126,8 @@ class ImageStore:
             with self._locked():
                 if not target.is_dir():
                     staged.rename(target)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise ImageBuildError(f"layer {key} could not be stored: {exc}") from exc
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return target

@@ -38,7 +38,7 @@ from pool._runtime import (
     SnapshotKind,
 )
 from pool._template_start import wait_for_ports
-from pool._templates import Template
+from pool._templates import Template, has_sandboxed_layers
 
 __all__ = ["LocalRuntime", "LocalRuntimeSettings"]
 
@@ -82,6 +82,18 @@ class LocalRuntime(LocalSandboxes):
 
     def note_spec(self, spec: SandboxSpec) -> None:
         """Nothing to keep: freeze, stats and snapshot go through cgroups and files, and `restore` gets the spec."""
+
+    async def build_builtin(self, template: Template, log: Callable[[str], None]) -> None:
+        """Build an operator's template's missing layers: on the host, or in build sandboxes (then started once)
+        when it has sandboxed layers. A built-in template names no uploaded files (TemplateBuildFailed if one does)."""
+        if not has_sandboxed_layers(template):
+            await asyncio.to_thread(self.images.build, template, log)
+            return
+
+        def no_uploads(files_hash: str) -> Path:
+            raise KeyError(f"a built-in template names uploaded files {files_hash}")
+
+        await self.build_template(template, lambda _layer, _level, line: log(line), files=no_uploads, within=3600)
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         self._dump_failed.discard(sandbox_id)

@@ -34,8 +34,8 @@ from pool._executor_client import run_command, write_file
 from pool._local import _oci
 from pool._local._core import LocalSandboxes
 from pool._local._layer_steps import EXECUTOR_HOME
-from pool._runtime import BuildLog, EgressRules, ExecutorInit, RegistryLogin, SandboxSpec
-from pool._templates import CopyLayer, Layer, NpmLayer, OciLayer, RunLayer, Template
+from pool._runtime import BuildLog, ExecutorInit, RegistryLogin, SandboxSpec
+from pool._templates import SANDBOXED_LAYERS, CopyLayer, Layer, NpmLayer, OciLayer, RunLayer, Template
 
 __all__ = ["LocalTemplateBuilder"]
 
@@ -69,7 +69,7 @@ class LocalTemplateBuilder:
                 log(index, "info", f"CACHED {_describe(layer)} (layer {key})")
                 continue
             started = time.monotonic()
-            if not isinstance(layer, RunLayer | NpmLayer | CopyLayer):
+            if not isinstance(layer, SANDBOXED_LAYERS):
                 await self._host_layers(template, index + 1, log, registry)
             elif index == 0:
                 raise TemplateBuildFailed(f"{_describe(layer)} has no base layer below it", layer=index)
@@ -141,7 +141,7 @@ class LocalTemplateBuilder:
         spec = SandboxSpec(sandbox_id=sandbox_id, template=below, init=ExecutorInit(access_token=token))
         sandboxes = self._sandboxes
         try:
-            await sandboxes.start(msgspec.structs.replace(spec, egress=EgressRules()))
+            await sandboxes.start(spec)  # E2B's default egress: the registries are reachable
             connect = functools.partial(sandboxes.open_socket, sandbox_id, ENVD_PORT)
             if isinstance(layer, CopyLayer):
                 try:
