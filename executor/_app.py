@@ -32,6 +32,7 @@ from executor._reaper import Reaper
 from executor.envd import MAX_ARCHIVE_BYTES, MAX_UPLOAD_BYTES
 
 if TYPE_CHECKING:
+    from executor._agents._app import AgentApp
     from executor._archive import Archives
     from executor._connect import Rpc
     from executor._files import Files
@@ -58,6 +59,7 @@ class Settings:
     max_upload_bytes: int = MAX_UPLOAD_BYTES
     max_archive_bytes: int = MAX_ARCHIVE_BYTES
     process_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    agent_state_dir: str = "/var/lib/agent-sandbox/agents"
 
 
 @dataclass
@@ -80,6 +82,7 @@ class App:
         self._reaper = reaper
         self._loaded: _Loaded | None = None
         self._sudo: SudoServer | None = None
+        self._agents: AgentApp | None = None
         self._routes: dict[str, dict[str, Route]] = {
             "/health": {"GET": self._health, "HEAD": self._health},
             "/init": {"POST": self._init},
@@ -130,6 +133,8 @@ class App:
         """Kill every process the executor started (and reap them), and stop every watch."""
         if self._sudo is not None:
             self._sudo.close()
+        if self._agents is not None:
+            await self._agents.close()
         if self._loaded is not None:
             self._loaded.watches.close()
             await self._loaded.processes.kill_all(grace=STOP_GRACE_SECONDS)
@@ -147,6 +152,19 @@ class App:
             await _error(response, 405, f"method {request.method} is not allowed on {request.path}")
         else:
             await methods[request.method](request, response)
+
+    async def handle_agents(self, request: Request, response: Response) -> None:
+        """A request on the agent port (`executor._agents`), whose server is built on the first one."""
+        if self._agents is None:
+            import os
+
+            from executor._agents._app import AgentApp
+
+            os.makedirs(self._settings.agent_state_dir, mode=0o700, exist_ok=True)
+            settings = self._settings
+            processes = self.load().processes
+            self._agents = AgentApp(self._defaults, processes, settings.process_path, settings.agent_state_dir)
+        await self._agents.handle(request, response)
 
     async def _health(self, request: Request, response: Response) -> None:
         await response.send(204)

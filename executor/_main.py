@@ -2,8 +2,10 @@
 
     python3 -m executor [--host 0.0.0.0] [--port ENVD_PORT] [--ready-fd N] [--log PATH]
                         [--default-user user] [--init-file PATH] [--max-upload-bytes N]
-                        [--max-archive-bytes N] [--home DIR]
+                        [--max-archive-bytes N] [--home DIR] [--agent-port AGENT_PORT]
+                        [--agent-state-dir DIR]
 
+Beside envd's port it serves the coding-agent API (`executor._agents`) on --agent-port.
 The launcher waits for `ready` on --ready-fd. SIGTERM (or SIGINT) kills every process the
 executor started and exits 0.
 """
@@ -20,6 +22,7 @@ from executor._app import App, Settings
 from executor._defaults import Defaults
 from executor._http import Connection, listen, stop_on_signals
 from executor._reaper import Reaper
+from executor.agent_api import AGENT_PORT
 from executor.envd import ENVD_PORT
 
 __all__ = ("main",)
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         max_upload_bytes=options.max_upload_bytes,
         max_archive_bytes=options.max_archive_bytes,
         process_path=os.environ.get("PATH") or Settings.process_path,
+        agent_state_dir=options.agent_state_dir
+        or (os.path.join(options.home, ".agent-sandbox") if options.home else Settings.agent_state_dir),
     )
     if options.home:
         from executor._users import override_home
@@ -57,18 +62,20 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ExecutorError) as exc:
             print(f"executor: cannot apply --init-file {options.init_file}: {exc}", file=sys.stderr)
             return 2
-    return asyncio.run(_serve(options.host, options.port, options.ready_fd, App(settings, defaults, Reaper())))
+    app = App(settings, defaults, Reaper())
+    return asyncio.run(_serve(options.host, (options.port, options.agent_port), options.ready_fd, app))
 
 
-async def _serve(host: str, port: int, ready_fd: int | None, app: App) -> int:
+async def _serve(host: str, ports: tuple[int, int], ready_fd: int | None, app: App) -> int:
     loop = asyncio.get_running_loop()
     app.install(loop)
     stop = stop_on_signals(loop)
-    listener = listen(host, port, logger)
-    if listener is None:
+    listeners = [listen(host, port, logger) for port in ports]
+    if listeners[0] is None or listeners[1] is None:
         return 1
-    server = await loop.create_server(lambda: Connection(app.handle), sock=listener)
-    logger.info("listening on %s:%d", host, listener.getsockname()[1])
+    server = await loop.create_server(lambda: Connection(app.handle), sock=listeners[0])
+    agents = await loop.create_server(lambda: Connection(app.handle_agents), sock=listeners[1])
+    logger.info("listening on %s:%d (agents on %d)", host, listeners[0].getsockname()[1], listeners[1].getsockname()[1])
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
@@ -77,6 +84,7 @@ async def _serve(host: str, port: int, ready_fd: int | None, app: App) -> int:
         app.serve_sudo()
     await stop.wait()
     server.close()
+    agents.close()
     await app.close()
     return 0
 
@@ -86,6 +94,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     parser.add_argument(
         "--port", type=int, default=ENVD_PORT, help=f"port to listen on (default: {ENVD_PORT}; 0 picks one)"
+    )
+    parser.add_argument(
+        "--agent-port",
+        type=int,
+        default=AGENT_PORT,
+        help=f"port of the coding-agent API (default: {AGENT_PORT}; 0 picks one)",
+    )
+    parser.add_argument(
+        "--agent-state-dir",
+        help="where agent sessions and their logs are kept (default: /var/lib/agent-sandbox/agents, "
+        "or HOME/.agent-sandbox with --home)",
     )
     parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening, then close it")
     parser.add_argument("--log", help="reopen stdin to /dev/null and stdout/stderr to this file (append)")

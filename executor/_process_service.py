@@ -10,14 +10,13 @@ the timeout of the Start call that created it expires, and the stream, if still 
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import AsyncIterator
 
 from executor._connect import Call, ClientStream, Rpc, ServerStream, Stream, Unary
 from executor._defaults import Defaults
 from executor._errors import FailedPrecondition, InvalidArgument
-from executor._paths import resolve
+from executor._process_env import environment, working_directory
 from executor._processes import Exit, Process, ProcessTable
 from executor._spawn import Spec
 from executor._users import User, from_authorization
@@ -132,8 +131,8 @@ class ProcessService:
             raise InvalidArgument("process.cmd is required")
         return Spec(
             argv=[config.cmd, *config.args],
-            env=self._environment(user, config.envs),
-            cwd=self._cwd(config.cwd, user),
+            env=environment(self._defaults, self._path_env, user, config.envs),
+            cwd=working_directory(self._defaults, user, config.cwd),
             user=user,
             stdin=request.stdin is not False,  # absent means true, for clients older than the flag
             pty_size=_pty_size(request.pty),
@@ -141,19 +140,6 @@ class ProcessService:
             timeout=timeout,
             request_envs=config.envs,
         )
-
-    def _environment(self, user: User, requested: dict[str, str]) -> dict[str, str]:
-        """envd's order: PATH and the user's variables, then the sandbox's (/init), then the request's."""
-        env = {"PATH": self._path_env, "HOME": user.home, "USER": user.name, "LOGNAME": user.name}
-        return env | {"SHELL": user.shell} | self._defaults.env_vars | requested
-
-    def _cwd(self, requested: str | None, user: User) -> str:
-        cwd = resolve(requested or "", user, self._defaults.workdir)
-        if os.path.isdir(cwd):
-            return cwd
-        if requested:
-            raise InvalidArgument(f"cwd '{cwd}' does not exist")
-        return "/"  # none asked for and the user has no home (e.g. nobody): envd would fail here
 
 
 def _pty_size(pty: Pty | None) -> tuple[int, int] | None:

@@ -1,0 +1,116 @@
+"""Routing for the agent port: which handler answers which request, after the bearer-token check.
+
+    GET  /                                  {"name": "agent-sandbox agent server", "docs": ...} (public)
+    GET  /v1/health                         {"status": "ok"}
+    GET  /v1/openapi.json                   this API's OpenAPI document
+    GET  /v1/agents[/{agent}]               the agents and whether they can run here (`?config=true`: options)
+    POST /v1/agents/{agent}/install         npm install of the agent's pinned packages
+    /v1/acp[/{server_id}]                   ACP over HTTP (`_acp_routes`)
+    /v1/sessions/...                        the universal session API (`_session_routes`)
+    /v1/fs/..., /v1/config/..., /v1/processes/..., /v1/desktop/...   (`_fs_routes`, `_config_routes`,
+                                            `_process_routes`, `_desktop_routes`)
+
+When the sandbox has an access token (E2B's `secure`), every route but `/` needs exactly
+`Authorization: Bearer <token>`, as upstream with `--token`; otherwise the port is open like envd's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
+
+from executor._agents._acp_hub import AcpHub
+from executor._agents._acp_routes import AcpRoutes
+from executor._agents._catalog import AGENTS
+from executor._agents._http import ApiError, send_json, send_problem
+from executor._agents._launch import Launcher
+from executor._defaults import Defaults
+from executor._exchange import Request, Response
+from executor._processes import ProcessTable
+
+__all__ = ("AgentApp",)
+
+Handler = Callable[..., Awaitable[None]]
+_PARAMETER = re.compile(r"\{(\w+)\}")
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    return re.compile(_PARAMETER.sub(lambda match: f"(?P<{match.group(1)}>[^/]+)", template) + "$")
+
+
+class AgentApp:
+    """The agent server of one executor."""
+
+    def __init__(self, defaults: Defaults, table: ProcessTable, path_env: str, state_dir: str) -> None:
+        self._defaults = defaults
+        launcher = Launcher(defaults, path_env, state_dir)
+        self._launcher = launcher
+        self.hub = AcpHub(table, launcher)
+        acp = AcpRoutes(self.hub)
+        table_of_routes: list[tuple[str, dict[str, Handler]]] = [
+            ("/", {"GET": self._root}),
+            ("/v1/health", {"GET": self._health}),
+            ("/v1/agents", {"GET": self._agents}),
+            ("/v1/agents/{agent}", {"GET": self._agent}),
+            ("/v1/acp", {"GET": acp.list}),
+            ("/v1/acp/{server_id}", {"POST": acp.post, "GET": acp.stream, "DELETE": acp.delete}),
+        ]
+        self._exact = {path: methods for path, methods in table_of_routes if "{" not in path}
+        self._patterns = [(_pattern(path), methods) for path, methods in table_of_routes if "{" in path]
+
+    async def close(self) -> None:
+        await self.hub.close_all()
+
+    async def handle(self, request: Request, response: Response) -> None:
+        try:
+            if request.path != "/" and not self._authorized(request):
+                raise ApiError("token_invalid", 401, "missing or invalid bearer token")
+            handler, parameters = self._route(request)
+            await handler(request, response, **parameters)
+        except ApiError as exc:
+            if not response.started:
+                await send_problem(response, exc.problem)
+
+    def _authorized(self, request: Request) -> bool:
+        import hmac
+
+        token = self._defaults.access_token
+        if token is None:
+            return True
+        given = request.headers.get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    def _route(self, request: Request) -> tuple[Handler, dict[str, str]]:
+        methods, parameters = self._exact.get(request.path), {}
+        if methods is None:
+            for pattern, candidate in self._patterns:
+                match = pattern.match(request.path)
+                if match is not None:
+                    methods, parameters = candidate, {k: unquote(v) for k, v in match.groupdict().items()}
+                    break
+        if methods is None:
+            raise ApiError("invalid_request", 404, "endpoint not found")
+        handler = methods.get(request.method)
+        if handler is None:
+            raise ApiError("invalid_request", 405, f"method {request.method} is not allowed on {request.path}")
+        return handler, parameters
+
+    async def _root(self, request: Request, response: Response) -> None:
+        await send_json(response, 200, {"name": "agent-sandbox agent server", "docs": "/v1/openapi.json"})
+
+    async def _health(self, request: Request, response: Response) -> None:
+        await send_json(response, 200, {"status": "ok"})
+
+    async def _agents(self, request: Request, response: Response) -> None:
+        await send_json(response, 200, self._launcher.catalog(_flag(request, "config")))
+
+    async def _agent(self, request: Request, response: Response, agent: str) -> None:
+        if agent not in AGENTS:
+            raise ApiError("unsupported_agent", 400, f"unsupported agent: {agent}", agent=agent)
+        listing = self._launcher.catalog(_flag(request, "config"))
+        await send_json(response, 200, next(info for info in listing.agents if info.id == agent))
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true", "yes")

@@ -1,0 +1,194 @@
+"""The builtin `mock` agent: a real ACP agent on stdio that completes every session, for demos and tests.
+
+Run by the agent server as `python3 -I -S mock.py`; the standard library only. A prompt is answered
+with streamed text that echoes it. A line of the prompt that starts with `$ ` is a shell command the
+agent runs as a tool call, after asking for permission (`session/request_permission`) unless the
+session's mode is `bypass`; the command's output goes back as the tool call's result. It also answers
+the `_sandboxagent/agent/list` and `_sandboxagent/agent/install` extension methods that the
+sandbox-agent CLI sends to the mock (its `api agents` subcommands), from `SANDBOX_AGENT_CATALOG`
+(a JSON file the server writes for it). `session/cancel` ends the running prompt with `cancelled`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Any
+
+VERSION = "1.0.0"
+CHUNK_WORDS = 3
+TOOL_TIMEOUT_SECONDS = 60
+OUTPUT_LIMIT = 64 * 1024
+
+_write_lock = threading.Lock()
+_responses: dict[str, dict[str, Any]] = {}
+_response_ready = threading.Condition()
+_cancelled: set[str] = set()
+_modes: dict[str, str] = {}
+
+
+def send(message: dict[str, Any]) -> None:
+    line = json.dumps({"jsonrpc": "2.0", **message}, separators=(",", ":"))
+    with _write_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def update(session_id: str, body: dict[str, Any]) -> None:
+    send({"method": "session/update", "params": {"sessionId": session_id, "update": body}})
+
+
+def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Send a request to the client and wait for its response."""
+    request_id = f"mock-{uuid.uuid4().hex[:12]}"
+    send({"id": request_id, "method": method, "params": params})
+    with _response_ready:
+        _response_ready.wait_for(lambda: request_id in _responses)
+        return _responses.pop(request_id)
+
+
+def stream_text(session_id: str, text: str, kind: str = "agent_message_chunk") -> None:
+    words = text.split(" ")
+    for start in range(0, len(words), CHUNK_WORDS):
+        piece = " ".join(words[start : start + CHUNK_WORDS]) + (" " if start + CHUNK_WORDS < len(words) else "")
+        update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": piece}})
+
+
+def run_tool(session_id: str, call_id: str, command: str, cwd: str) -> None:
+    tool = {"toolCallId": call_id, "title": f"Run `{command}`", "kind": "execute", "rawInput": {"command": command}}
+    update(session_id, {"sessionUpdate": "tool_call", "status": "pending", "content": [], **tool})
+    if _modes.get(session_id) != "bypass":
+        options = [
+            {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+            {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+        ]
+        answer = ask("session/request_permission", {"sessionId": session_id, "toolCall": tool, "options": options})
+        outcome = (answer.get("result") or {}).get("outcome") or {}
+        if outcome.get("outcome") != "selected" or outcome.get("optionId") not in ("allow", "allow_always"):
+            update(session_id, _tool_update(call_id, "failed", "User refused permission to run tool"))
+            return
+    update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"})
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", command], cwd=cwd, capture_output=True, timeout=TOOL_TIMEOUT_SECONDS, check=False
+        )
+        output = (done.stdout + done.stderr)[:OUTPUT_LIMIT].decode("utf-8", "replace")
+        status = "completed" if done.returncode == 0 else "failed"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        output, status = str(exc), "failed"
+    update(session_id, _tool_update(call_id, status, output))
+
+
+def _tool_update(call_id: str, status: str, output: str) -> dict[str, Any]:
+    return {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": call_id,
+        "status": status,
+        "rawOutput": {"output": output},
+        "content": [{"type": "content", "content": {"type": "text", "text": output}}],
+    }
+
+
+def prompt(request_id: Any, params: dict[str, Any], cwds: dict[str, str]) -> None:
+    session_id = params.get("sessionId", "")
+    text = " ".join(part.get("text", "") for part in params.get("prompt", []) if part.get("type") == "text")
+    _cancelled.discard(session_id)
+    stream_text(session_id, f"Thinking about: {text}", "agent_thought_chunk")
+    commands = [line[2:].strip() for line in text.splitlines() if line.startswith("$ ")]
+    for index, command in enumerate(commands):
+        if session_id in _cancelled:
+            break
+        run_tool(session_id, f"mock-call-{uuid.uuid4().hex[:8]}-{index}", command, cwds.get(session_id, "/"))
+    if session_id in _cancelled:
+        send({"id": request_id, "result": {"stopReason": "cancelled"}})
+        return
+    stream_text(session_id, f"Mock reply to: {text}" if not commands else f"Ran {len(commands)} command(s).")
+    usage = {"inputTokens": len(text.split()), "outputTokens": 5, "totalTokens": len(text.split()) + 5}
+    send({"id": request_id, "result": {"stopReason": "end_turn", "usage": usage}})
+
+
+def config_options(session_id: str) -> list[dict[str, Any]]:
+    mode = _modes.get(session_id, "normal")
+    return [
+        {
+            "id": "mode",
+            "name": "Mode",
+            "category": "mode",
+            "type": "select",
+            "currentValue": mode,
+            "options": [{"value": value, "name": value.title()} for value in ("normal", "plan", "bypass")],
+        }
+    ]
+
+
+def catalog() -> dict[str, Any]:
+    path = os.environ.get("SANDBOX_AGENT_CATALOG")
+    if not path:
+        return {"agents": []}
+    with open(path) as file:
+        loaded: dict[str, Any] = json.load(file)
+    return loaded
+
+
+def handle(message: dict[str, Any], cwds: dict[str, str]) -> None:
+    method, request_id, params = message.get("method"), message.get("id"), message.get("params") or {}
+    if method == "initialize":
+        result: Any = {
+            "protocolVersion": 1,
+            "agentCapabilities": {"loadSession": False, "promptCapabilities": {}},
+            "agentInfo": {"name": "agent-sandbox-mock", "title": "Mock agent", "version": VERSION},
+            "authMethods": [],
+        }
+    elif method == "session/new":
+        session_id = f"mock-{uuid.uuid4()}"
+        cwds[session_id] = params.get("cwd") or os.getcwd()
+        result = {"sessionId": session_id, "configOptions": config_options(session_id)}
+    elif method in ("session/set_mode", "session/set_config_option"):
+        session_id = params.get("sessionId", "")
+        _modes[session_id] = params.get("modeId") or params.get("value") or "normal"
+        result = {"configOptions": config_options(session_id)}
+    elif method == "session/prompt":
+        threading.Thread(target=prompt, args=(request_id, params, cwds), daemon=True).start()
+        return
+    elif method == "session/cancel":
+        _cancelled.add(params.get("sessionId", ""))
+        return
+    elif method == "_sandboxagent/agent/list":
+        result = catalog()
+    elif method == "_sandboxagent/agent/install":
+        result = {"error": "the mock agent installs nothing: use POST /v1/agents/{agent}/install"}
+    elif request_id is None:
+        return  # an unknown notification
+    else:
+        send({"id": request_id, "error": {"code": -32601, "message": f"method not found: {method}"}})
+        return
+    if request_id is not None:
+        send({"id": request_id, "result": result})
+
+
+def main() -> int:
+    cwds: dict[str, str] = {}
+    for line in sys.stdin:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            send({"id": None, "error": {"code": -32700, "message": "parse error"}})
+            continue
+        if not isinstance(message, dict):
+            continue
+        if "method" not in message and "id" in message:
+            with _response_ready:
+                _responses[str(message["id"])] = message
+                _response_ready.notify_all()
+            continue
+        handle(message, cwds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
