@@ -12,8 +12,6 @@ returns (upstream's never does) and replay reaches back to the first event (upst
 
 from __future__ import annotations
 
-from typing import Any
-
 from executor._agents._acp_hub import SERVER_ID, AcpHub, AgentMismatch, TooManyServers
 from executor._agents._acp_server import AcpServer, AgentExited, PendingConflict
 from executor._agents._http import JSON, ApiError, accepts, follow, read_json, send_json
@@ -22,25 +20,35 @@ from executor._errors import ExecutorError
 from executor._exchange import Request, Response
 from executor.agent_api import ACP_TIMEOUT_SECONDS, AcpServerInfo, AcpServerList
 
-__all__ = ("AcpRoutes", "open_server")
+__all__ = ("OPENING_ERRORS", "AcpRoutes", "open_server", "opening_error")
 
 
-def open_server(hub: AcpHub, server_id: str, agent: str, **options: Any) -> AcpServer:
+OPENING_ERRORS = (AgentMismatch, UnknownAgent, NotInstalled, TooManyServers, ExecutorError)
+"""What `AcpHub.open` raises when it cannot give the server asked for."""
+
+
+def open_server(hub: AcpHub, server_id: str, agent: str) -> AcpServer:
     """`hub.open` with its refusals as problem documents."""
     if not SERVER_ID.fullmatch(server_id):
         raise ApiError("invalid_request", 400, f"invalid server id '{server_id}': use 1-128 of [A-Za-z0-9._:-]")
     try:
-        return hub.open(server_id, agent, **options)
-    except AgentMismatch as exc:
-        raise ApiError("conflict", 409, f"conflict: {exc}", details={"message": str(exc)}) from exc
-    except UnknownAgent as exc:
-        raise ApiError("unsupported_agent", 400, str(exc), agent=agent) from exc
-    except NotInstalled as exc:
-        raise ApiError("agent_not_installed", 400, f"agent {agent} is not installed: {exc}", agent=agent) from exc
-    except TooManyServers as exc:
-        raise ApiError("conflict", 409, str(exc)) from exc
-    except ExecutorError as exc:  # the process could not be started
-        raise ApiError("agent_process_exited", 500, f"cannot start the {agent} agent: {exc.message}") from exc
+        return hub.open(server_id, agent)
+    except OPENING_ERRORS as exc:
+        raise opening_error(exc, agent) from exc
+
+
+def opening_error(exc: Exception, agent: str) -> ApiError:
+    """The problem document of one of `OPENING_ERRORS`."""
+    if isinstance(exc, AgentMismatch):
+        return ApiError("conflict", 409, f"conflict: {exc}", details={"message": str(exc)})
+    if isinstance(exc, UnknownAgent):
+        return ApiError("unsupported_agent", 400, str(exc), agent=agent)
+    if isinstance(exc, NotInstalled):
+        return ApiError("agent_not_installed", 400, f"agent {agent} is not installed: {exc}", agent=agent)
+    if isinstance(exc, TooManyServers):
+        return ApiError("conflict", 409, str(exc))
+    message = exc.message if isinstance(exc, ExecutorError) else str(exc)  # the process could not be started
+    return ApiError("agent_process_exited", 500, f"cannot start the {agent} agent: {message}")
 
 
 class AcpRoutes:

@@ -25,6 +25,8 @@ from executor._agents._acp_routes import AcpRoutes
 from executor._agents._catalog import AGENTS
 from executor._agents._http import ApiError, send_json, send_problem
 from executor._agents._launch import Launcher
+from executor._agents._session_routes import SessionRoutes
+from executor._agents._sessions import Sessions
 from executor._defaults import Defaults
 from executor._exchange import Request, Response
 from executor._processes import ProcessTable
@@ -48,6 +50,8 @@ class AgentApp:
         self._launcher = launcher
         self.hub = AcpHub(table, launcher)
         acp = AcpRoutes(self.hub)
+        self.sessions = Sessions(self.hub, state_dir)
+        sessions = SessionRoutes(self.sessions)
         table_of_routes: list[tuple[str, dict[str, Handler]]] = [
             ("/", {"GET": self._root}),
             ("/v1/health", {"GET": self._health}),
@@ -55,11 +59,23 @@ class AgentApp:
             ("/v1/agents/{agent}", {"GET": self._agent}),
             ("/v1/acp", {"GET": acp.list}),
             ("/v1/acp/{server_id}", {"POST": acp.post, "GET": acp.stream, "DELETE": acp.delete}),
+            ("/v1/sessions", {"GET": sessions.list}),
+            ("/v1/sessions/{session_id}", {"POST": sessions.create, "GET": sessions.get}),
+            ("/v1/sessions/{session_id}/messages", {"POST": sessions.message}),
+            ("/v1/sessions/{session_id}/messages/stream", {"POST": sessions.message_stream}),
+            ("/v1/sessions/{session_id}/events", {"GET": sessions.events}),
+            ("/v1/sessions/{session_id}/events/sse", {"GET": sessions.events_sse}),
+            ("/v1/sessions/{session_id}/permissions/{permission_id}/reply", {"POST": sessions.reply_permission}),
+            ("/v1/sessions/{session_id}/questions/{question_id}/reply", {"POST": sessions.question}),
+            ("/v1/sessions/{session_id}/questions/{question_id}/reject", {"POST": sessions.question}),
+            ("/v1/sessions/{session_id}/cancel", {"POST": sessions.cancel}),
+            ("/v1/sessions/{session_id}/terminate", {"POST": sessions.terminate}),
         ]
         self._exact = {path: methods for path, methods in table_of_routes if "{" not in path}
         self._patterns = [(_pattern(path), methods) for path, methods in table_of_routes if "{" in path]
 
     async def close(self) -> None:
+        await self.sessions.close()
         await self.hub.close_all()
 
     async def handle(self, request: Request, response: Response) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -77,20 +78,31 @@ async def start_sse(response: Response) -> None:
     await response.start(200, (("content-type", "text/event-stream"), ("cache-control", "no-cache")))
 
 
-async def follow(response: Response, log: EventLog, after: int, event: bytes | None = None) -> None:
+async def follow(
+    response: Response,
+    log: EventLog,
+    after: int,
+    event: bytes | None = None,
+    until: Callable[[bytes], bool] | None = None,
+) -> None:
     """Stream `log`'s records after `after` as SSE frames (`id:` = the sequence), then follow it until it closes.
 
     A comment goes out every `HEARTBEAT_SECONDS` without records, so proxies keep the stream open
-    and a dead client is noticed. `event` names the frames (`event: message` for ACP).
+    and a dead client is noticed. `event` names the frames (`event: message` for ACP). The stream
+    ends after a record for which `until` is true.
     """
     head = b"event: %b\n" % event if event is not None else b""
     await start_sse(response)
     while True:
         records = log.read(after, FOLLOW_BATCH)
         if records:
+            last = next((i for i, record in enumerate(records) if until is not None and until(record)), None)
+            records = records if last is None else records[: last + 1]
             frames = [b"%bid: %d\ndata: %b\n\n" % (head, after + i + 1, record) for i, record in enumerate(records)]
             after += len(records)
             await response.write(b"".join(frames))
+            if last is not None:
+                break
             continue
         if log.closed:
             break
