@@ -110,7 +110,8 @@ def run_executor(*arguments: str, access_token: str | None = "test-token") -> It
         # lock there that parallel runs wait on), which is neither what a sandbox has nor what is under test.
         home = Path(scratch, "home")
         home.mkdir()
-        command += ["--log", str(log), "--home", str(home), *arguments]
+        # The agent port defaults to 2468, which parallel executors on one host would share; an argument wins.
+        command += ["--log", str(log), "--home", str(home), "--agent-port", "0", *arguments]
         process = subprocess.Popen(command, cwd=REPOSITORY, pass_fds=(ready_write,))
         os.close(ready_write)
 
