@@ -78,6 +78,8 @@ class AcpServer:
 
     def received(self, line: bytes) -> None:
         """One line from the agent: logged; a response resolves its request; listeners see it decoded."""
+        if self.log.closed:
+            return  # the server was closed; the agent is on its way out
         try:
             message = json.loads(line)
         except ValueError:
@@ -93,6 +95,11 @@ class AcpServer:
 
     def ended(self, end: Exit, stderr_tail: str) -> None:
         """The agent exited: the last event says how; whoever waits is told."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(AgentExited(f"the {self.agent} agent process exited ({end.status})"))
+        if self.log.closed:
+            return
         params = {"code": end.exit_code, "success": end.exit_code == 0 and end.exited, "status": end.status}
         if stderr_tail:
             params["stderr"] = self._redact(stderr_tail)
@@ -101,6 +108,3 @@ class AcpServer:
         for listener in self.listeners:
             listener(notice)
         self.log.close()
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(AgentExited(f"the {self.agent} agent process exited ({end.status})"))

@@ -23,13 +23,19 @@ from urllib.parse import unquote
 from executor._agents._acp_hub import AcpHub
 from executor._agents._acp_routes import AcpRoutes
 from executor._agents._catalog import AGENTS
+from executor._agents._config_routes import ConfigRoutes
+from executor._agents._desktop_routes import DesktopRoutes
+from executor._agents._fs_routes import FsRoutes
 from executor._agents._http import ApiError, send_json, send_problem
 from executor._agents._launch import Launcher
+from executor._agents._process_routes import ProcessRoutes
 from executor._agents._session_routes import SessionRoutes
 from executor._agents._sessions import Sessions
 from executor._defaults import Defaults
+from executor._errors import ExecutorError
 from executor._exchange import Request, Response
 from executor._processes import ProcessTable
+from executor.agent_api import problem
 
 __all__ = ("AgentApp",)
 
@@ -52,6 +58,10 @@ class AgentApp:
         acp = AcpRoutes(self.hub)
         self.sessions = Sessions(self.hub, state_dir)
         sessions = SessionRoutes(self.sessions)
+        fs = FsRoutes(defaults)
+        processes = ProcessRoutes(defaults, table, path_env)
+        mcp, skills = ConfigRoutes(defaults, "mcp", "mcpName"), ConfigRoutes(defaults, "skills", "skillName")
+        self._desktop = DesktopRoutes()
         table_of_routes: list[tuple[str, dict[str, Handler]]] = [
             ("/", {"GET": self._root}),
             ("/v1/health", {"GET": self._health}),
@@ -59,6 +69,26 @@ class AgentApp:
             ("/v1/agents/{agent}", {"GET": self._agent}),
             ("/v1/acp", {"GET": acp.list}),
             ("/v1/acp/{server_id}", {"POST": acp.post, "GET": acp.stream, "DELETE": acp.delete}),
+            ("/v1/fs/entries", {"GET": fs.entries}),
+            ("/v1/fs/file", {"GET": fs.read, "PUT": fs.write}),
+            ("/v1/fs/entry", {"DELETE": fs.delete}),
+            ("/v1/fs/mkdir", {"POST": fs.mkdir}),
+            ("/v1/fs/move", {"POST": fs.move}),
+            ("/v1/fs/stat", {"GET": fs.stat}),
+            ("/v1/fs/upload-batch", {"POST": fs.upload_batch}),
+            ("/v1/config/mcp", {"GET": mcp.get, "PUT": mcp.put, "DELETE": mcp.delete}),
+            ("/v1/config/skills", {"GET": skills.get, "PUT": skills.put, "DELETE": skills.delete}),
+            ("/v1/processes/config", {"GET": processes.get_config, "POST": processes.set_config}),
+            ("/v1/processes/run", {"POST": processes.run}),
+            ("/v1/processes", {"GET": processes.list_processes, "POST": processes.create}),
+            ("/v1/processes/{process_id}", {"GET": processes.get, "DELETE": processes.delete}),
+            ("/v1/processes/{process_id}/stop", {"POST": processes.stop}),
+            ("/v1/processes/{process_id}/kill", {"POST": processes.kill}),
+            ("/v1/processes/{process_id}/logs", {"GET": processes.logs}),
+            ("/v1/processes/{process_id}/input", {"POST": processes.input}),
+            ("/v1/processes/{process_id}/terminal/resize", {"POST": processes.resize}),
+            ("/v1/processes/{process_id}/terminal/ws", {"GET": processes.terminal}),
+            ("/v1/desktop/status", {"GET": self._desktop.status}),
             ("/v1/sessions", {"GET": sessions.list}),
             ("/v1/sessions/{session_id}", {"POST": sessions.create, "GET": sessions.get}),
             ("/v1/sessions/{session_id}/messages", {"POST": sessions.message}),
@@ -87,6 +117,11 @@ class AgentApp:
         except ApiError as exc:
             if not response.started:
                 await send_problem(response, exc.problem)
+        except ExecutorError as exc:  # envd's path and file rules, raised by the shared helpers
+            if not response.started:
+                await send_problem(
+                    response, problem(_KINDS.get(exc.status, "invalid_request"), exc.status, exc.message)
+                )
 
     def _authorized(self, request: Request) -> bool:
         import hmac
@@ -105,6 +140,8 @@ class AgentApp:
                 if match is not None:
                     methods, parameters = candidate, {k: unquote(v) for k, v in match.groupdict().items()}
                     break
+        if methods is None and request.path.startswith("/v1/desktop/"):
+            methods = {method: self._desktop.other for method in ("GET", "POST", "DELETE")}
         if methods is None:
             raise ApiError("invalid_request", 404, "endpoint not found")
         handler = methods.get(request.method)
@@ -126,6 +163,9 @@ class AgentApp:
             raise ApiError("unsupported_agent", 400, f"unsupported agent: {agent}", agent=agent)
         listing = self._launcher.catalog(_flag(request, "config"))
         await send_json(response, 200, next(info for info in listing.agents if info.id == agent))
+
+
+_KINDS = {401: "token_invalid", 403: "permission_denied", 404: "not_found", 409: "conflict", 413: "payload_too_large"}
 
 
 def _flag(request: Request, name: str) -> bool:

@@ -25,7 +25,6 @@ class EventLog:
         self._closed = False
         self._changed = asyncio.Event()
         self._load()
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the log
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -39,7 +38,10 @@ class EventLog:
         """Store one record (JSON without newlines); its sequence number."""
         if b"\n" in line:
             raise ValueError("a record must be one line")
-        self._file.write(line + b"\n")
+        if self._closed:
+            raise ValueError("the log is closed")
+        with open(self.path, "ab", buffering=0) as file:  # no descriptor held per session: there may be many
+            file.write(line + b"\n")
         self._starts.append(self._size)
         self._size += len(line) + 1
         self._wake()
@@ -69,7 +71,6 @@ class EventLog:
     def close(self) -> None:
         """No more records: wake every reader so that it can finish."""
         self._closed = True
-        self._file.close()
         self._wake()
 
     def _wake(self) -> None:

@@ -28,12 +28,16 @@ _STATUS_UPDATES = frozenset(
     }
 )
 
+_OUTPUT_KEYS = ("output", "formatted_output", "aggregated_output", "stdout", "content")
+"""Where agents put a command's text in `rawOutput` (mock, Codex, Claude, others), in order of preference."""
+
 
 class Normaliser:
     def __init__(self) -> None:
         self._next_item = 0
         self._open: dict[str, dict[str, Any]] = {}  # "message" | "reasoning" -> the open item
         self._tools: dict[str, dict[str, Any]] = {}  # ACP toolCallId -> its tool_call item
+        self._terminal: dict[str, str] = {}  # ACP toolCallId -> output streamed in `_meta.terminal_output` (Pi)
 
     def item(self, kind: str, role: str | None, content: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """A new item; `itm_<n>` ids count per session."""
@@ -107,12 +111,16 @@ class Normaliser:
             return self._tool_call(body | {"status": None}) + self._tool_update(body)
         if body.get("rawInput"):
             item["content"][0]["arguments"] = _arguments(body)
+        streamed = ((body.get("_meta") or {}).get("terminal_output") or {}).get("data")
+        if isinstance(streamed, str):
+            self._terminal[call_id] = self._terminal.get(call_id, "") + streamed
         status = body.get("status")
         if status not in ("completed", "failed"):
             return []
         del self._tools[call_id]
         called = item | {"status": status}
-        output = {"type": "tool_result", "call_id": call_id, "output": _output(body)}
+        text = _output(body) or self._terminal.pop(call_id, "")
+        output = {"type": "tool_result", "call_id": call_id, "output": text}
         result = self.item(
             "tool_result", "tool", [output], status=status, native_item_id=call_id, parent_id=item["item_id"]
         )
@@ -144,6 +152,8 @@ def _output(body: dict[str, Any]) -> str:
     if texts:
         return "\n".join(texts)
     raw = body.get("rawOutput")
-    if isinstance(raw, dict) and isinstance(raw.get("output"), str):
-        return str(raw["output"])
+    if isinstance(raw, dict):
+        for key in _OUTPUT_KEYS:
+            if isinstance(raw.get(key), str):
+                return str(raw[key])
     return "" if raw is None else raw if isinstance(raw, str) else json.dumps(raw)

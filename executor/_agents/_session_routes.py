@@ -79,7 +79,11 @@ class SessionRoutes:
             raise ApiError("session_already_exists", 409, str(exc), sessionId=session_id) from exc
         except OPENING_ERRORS as exc:
             raise opening_error(exc, options.agent) from exc
-        except (AgentError, AgentExited, ConnectionError, TimeoutError) as exc:
+        except AgentError as exc:  # e.g. a mode or model the agent does not have
+            raise ApiError(
+                "invalid_request", 400, f"the {options.agent} agent refused: {exc}", sessionId=session_id
+            ) from exc
+        except (AgentExited, ConnectionError, TimeoutError) as exc:
             detail = f"the {options.agent} agent did not start a session: {exc or 'no answer'}"
             raise ApiError("agent_process_exited", 502, detail, sessionId=session_id, agent=options.agent) from exc
         await send_json(response, 200, CreateSessionResponse(True, session.record.native_session_id))

@@ -107,6 +107,7 @@ class Session:
         self._turn: asyncio.Task[None] | None = None
         self._pending: dict[str, _Pending] = {}
         self._terminating = False
+        self._stopping = False
         self._exit_reported = False
         self._lock = asyncio.Lock()
 
@@ -240,9 +241,12 @@ class Session:
             self.emit("error", {"message": exc.message, "code": "agent_error", "details": exc.error})
             ended["phase"] = "failed"
         except (AgentExited, ConnectionError) as exc:
-            if not self._terminating:
+            if self._stopping:
+                message = {"message": "the agent server stopped during this turn", "code": "interrupted"}
+                self.emit("error", message, source="daemon")
+            elif not self._terminating:
                 self._report_exit(str(exc))
-            ended["phase"] = "cancelled" if self._terminating else "failed"
+            ended["phase"] = "interrupted" if self._stopping else "cancelled" if self._terminating else "failed"
         except TimeoutError:
             self.emit(
                 "error", {"message": f"the turn ran past {MAX_TURN_SECONDS:.0f} s", "code": "timeout"}, source="daemon"
@@ -286,8 +290,11 @@ class Session:
 
     async def close(self) -> None:
         """The executor stops: end the agent, keep the session (a restarted executor resumes it)."""
-        self._terminating = True
+        self._terminating = self._stopping = True
         await self._hub.close(self.server_id)
+        if self._turn is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._turn), 1.0)
 
     # What the agent says.
 

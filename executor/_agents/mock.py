@@ -28,6 +28,7 @@ _write_lock = threading.Lock()
 _responses: dict[str, dict[str, Any]] = {}
 _response_ready = threading.Condition()
 _cancelled: set[str] = set()
+MODES = ("normal", "plan", "bypass")
 _modes: dict[str, str] = {}
 
 
@@ -121,7 +122,7 @@ def config_options(session_id: str) -> list[dict[str, Any]]:
             "category": "mode",
             "type": "select",
             "currentValue": mode,
-            "options": [{"value": value, "name": value.title()} for value in ("normal", "plan", "bypass")],
+            "options": [{"value": value, "name": value.title()} for value in MODES],
         }
     ]
 
@@ -150,7 +151,13 @@ def handle(message: dict[str, Any], cwds: dict[str, str]) -> None:
         result = {"sessionId": session_id, "configOptions": config_options(session_id)}
     elif method in ("session/set_mode", "session/set_config_option"):
         session_id = params.get("sessionId", "")
-        _modes[session_id] = params.get("modeId") or params.get("value") or "normal"
+        option = "mode" if method == "session/set_mode" else params.get("configId")
+        value = params.get("modeId") if method == "session/set_mode" else params.get("value")
+        if option != "mode" or value not in MODES:
+            error = {"code": -32602, "message": f"unknown {option} {value!r}: the mock has modes {', '.join(MODES)}"}
+            send({"id": request_id, "error": error})
+            return
+        _modes[session_id] = value
         result = {"configOptions": config_options(session_id)}
     elif method == "session/prompt":
         threading.Thread(target=prompt, args=(request_id, params, cwds), daemon=True).start()
