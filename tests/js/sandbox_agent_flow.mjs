@@ -27,8 +27,10 @@
 //
 // On success it prints {"ok": true, ...} and exits 0. Keys: health, agents [{id, installed, credentialsAvailable}],
 // agentIds, sessionId, session {id, agentSessionId, connectionId, modes?, configOptionIds?}, stopReason, usage?,
-// agentText (agent_message_chunk texts joined), events [{index, sender, method?, id?, response?, sessionUpdate?}],
+// agentText (agent_message_chunk texts joined),
+// events [{index, sender, method?, id?, response?, sessionUpdate?, toolCallId?, status?}],
 // eventMethods (method, or "result"/"error" for responses, in order), sessionUpdates (kinds in order), eventCount,
+// toolCalls [{toolCallId, title, statuses}] (each tool call's statuses in order, from tool_call and tool_call_update),
 // permissions [{id, options, availableReplies, toolCall, answer, optionId, answered | answerError}],
 // fs {path, write, readBack, match, listed, stat, deleted}, process (the runProcess answer), processStdout,
 // processLogs?, acpServers, destroyed, timings {<step>: ms} (createSession and prompt among them), stepsRun,
@@ -289,6 +291,8 @@ function summarizeEvent(ev) {
   }
   const update = p.method === "session/update" ? p.params?.update : undefined;
   if (update?.sessionUpdate) out.sessionUpdate = update.sessionUpdate;
+  if (update?.toolCallId) out.toolCallId = update.toolCallId;
+  if (update?.status) out.status = update.status;
   if (p.result?.stopReason) out.stopReason = p.result.stopReason;
   return out;
 }
@@ -355,6 +359,7 @@ async function main() {
   };
   const textChunks = [];
   const permissions = [];
+  const toolCalls = [];
   let session;
 
   await step("createSession", async () => {
@@ -366,6 +371,15 @@ async function main() {
         const update = ev.payload?.method === "session/update" ? ev.payload.params?.update : undefined;
         if (update?.sessionUpdate === "agent_message_chunk" && update.content?.type === "text") {
           textChunks.push(update.content.text);
+        }
+        if (update?.sessionUpdate === "tool_call" || update?.sessionUpdate === "tool_call_update") {
+          let call = toolCalls.find((c) => c.toolCallId === update.toolCallId);
+          if (!call) {
+            call = { toolCallId: update.toolCallId, title: null, statuses: [] };
+            toolCalls.push(call);
+          }
+          if (update.title) call.title = update.title;
+          if (update.status) call.statuses.push(update.status);
         }
       } catch (err) {
         observed.warnings.push(`session event listener failed: ${describeError(err).message}`);
@@ -506,6 +520,7 @@ async function main() {
     observed.eventMethods = events.map((e) => e.method ?? e.response);
     observed.sessionUpdates = events.filter((e) => e.sessionUpdate).map((e) => e.sessionUpdate);
     observed.permissions = permissions;
+    observed.toolCalls = toolCalls;
   }
   observed.ok = true;
   observed.elapsedMs = elapsed();
