@@ -60,6 +60,7 @@ class Settings:
     max_archive_bytes: int = MAX_ARCHIVE_BYTES
     process_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     agent_state_dir: str = "/var/lib/agent-sandbox/agents"
+    agents_dir: str = "/opt/agents"
 
 
 @dataclass
@@ -163,7 +164,9 @@ class App:
             os.makedirs(self._settings.agent_state_dir, mode=0o700, exist_ok=True)
             settings = self._settings
             processes = self.load().processes
-            self._agents = AgentApp(self._defaults, processes, settings.process_path, settings.agent_state_dir)
+            self._agents = AgentApp(
+                self._defaults, processes, settings.process_path, settings.agent_state_dir, settings.agents_dir
+            )
         await self._agents.handle(request, response)
 
     async def _health(self, request: Request, response: Response) -> None:

@@ -3,7 +3,7 @@
     python3 -m executor [--host 0.0.0.0] [--port ENVD_PORT] [--ready-fd N] [--log PATH]
                         [--default-user user] [--init-file PATH] [--max-upload-bytes N]
                         [--max-archive-bytes N] [--home DIR] [--agent-port AGENT_PORT]
-                        [--agent-state-dir DIR]
+                        [--agent-state-dir DIR] [--agents-dir DIR]
 
 Beside envd's port it serves the coding-agent API (`executor._agents`) on --agent-port.
 The launcher waits for `ready` on --ready-fd. SIGTERM (or SIGINT) kills every process the
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         process_path=os.environ.get("PATH") or Settings.process_path,
         agent_state_dir=options.agent_state_dir
         or (os.path.join(options.home, ".agent-sandbox") if options.home else Settings.agent_state_dir),
+        agents_dir=options.agents_dir,
     )
     if options.home:
         from executor._users import override_home
@@ -105,6 +106,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--agent-state-dir",
         help="where agent sessions and their logs are kept (default: /var/lib/agent-sandbox/agents, "
         "or HOME/.agent-sandbox with --home)",
+    )
+    parser.add_argument(
+        "--agents-dir",
+        default=Settings.agents_dir,
+        help=f"where POST /v1/agents/{{id}}/install puts agents, searched before PATH (default: {Settings.agents_dir})",
     )
     parser.add_argument("--ready-fd", type=int, help="write 'ready\\n' to this fd once listening, then close it")
     parser.add_argument("--log", help="reopen stdin to /dev/null and stdout/stderr to this file (append)")

@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 
 from tests.executor_fixtures import run_executor
+from tests.polling import DEADLINE, wait_for
 
-__all__ = ("AgentServer", "Frame", "read_sse", "run_agent_server")
+__all__ = ("AgentServer", "Frame", "read_sse", "run_agent_server", "session_events", "wait_session_event")
 
 TOKEN = "agent-test-token"
 
@@ -43,12 +44,22 @@ class Frame:
 
 
 @contextlib.contextmanager
-def run_agent_server(state_dir: Path | None = None, token: str | None = TOKEN) -> Iterator[AgentServer]:
+def run_agent_server(
+    state_dir: Path | None = None,
+    token: str | None = TOKEN,
+    *,
+    agents_dir: Path | None = None,
+    path: str | None = None,
+    env_vars: dict[str, str] | None = None,
+) -> Iterator[AgentServer]:
+    """`agents_dir` is where installs go (`--agents-dir`); `path` the executor's PATH, which its agents search;
+    `env_vars` the sandbox's environment variables (/init's)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     arguments = ["--agent-port", str(port), *(["--agent-state-dir", str(state_dir)] if state_dir else [])]
-    with run_executor(*arguments, access_token=token):
+    arguments += ["--agents-dir", str(agents_dir)] if agents_dir else []
+    with run_executor(*arguments, access_token=token, env={"PATH": path} if path else None, env_vars=env_vars):
         yield AgentServer(f"http://127.0.0.1:{port}", token)
 
 
@@ -86,3 +97,23 @@ def read_sse(
                     return frames
             fields = {}
     raise AssertionError(f"the stream ended or timed out before the expected frame; got {frames}")
+
+
+def session_events(client: httpx.Client, session_id: str, **query: Any) -> list[dict[str, Any]]:
+    """The events of a universal session (`GET /v1/sessions/{id}/events`), all of them unless `query` pages."""
+    page = client.get(f"/v1/sessions/{session_id}/events", params={"limit": 10_000, **query})
+    assert page.status_code == 200, page.text
+    events: list[dict[str, Any]] = page.json()["events"]
+    return events
+
+
+def wait_session_event(
+    client: httpx.Client, session_id: str, kind: str, count: int = 1, within: float = DEADLINE
+) -> list[dict[str, Any]]:
+    """The session's events once `count` of them are of type `kind`."""
+
+    def seen() -> list[dict[str, Any]] | None:
+        events = session_events(client, session_id)
+        return events if sum(event["type"] == kind for event in events) >= count else None
+
+    return wait_for(seen, what=f"{count} {kind} event(s) in session {session_id}", within=within)

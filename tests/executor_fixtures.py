@@ -96,11 +96,17 @@ class Envd:
 
 
 @contextlib.contextmanager
-def run_executor(*arguments: str, access_token: str | None = "test-token") -> Iterator[Envd]:
-    """Start an executor subprocess, yield its `Envd` once it is ready, stop it afterwards."""
+def run_executor(
+    *arguments: str,
+    access_token: str | None = "test-token",
+    env: dict[str, str] | None = None,
+    env_vars: dict[str, str] | None = None,
+) -> Iterator[Envd]:
+    """Start an executor subprocess (this process's environment, updated by `env`; `env_vars` are the sandbox's,
+    as /init gives them), yield its `Envd` once it is ready, stop it afterwards."""
     with tempfile.TemporaryDirectory(prefix="executor-") as scratch:
         init_file = Path(scratch, "init.json")
-        init_file.write_text(json.dumps({"accessToken": access_token}))
+        init_file.write_text(json.dumps({"accessToken": access_token} | ({"envVars": env_vars} if env_vars else {})))
         log = Path(scratch, "executor.log")
         port = _free_port()
         ready_read, ready_write = os.pipe()
@@ -112,7 +118,7 @@ def run_executor(*arguments: str, access_token: str | None = "test-token") -> It
         home.mkdir()
         # The agent port defaults to 2468, which parallel executors on one host would share; an argument wins.
         command += ["--log", str(log), "--home", str(home), "--agent-port", "0", *arguments]
-        process = subprocess.Popen(command, cwd=REPOSITORY, pass_fds=(ready_write,))
+        process = subprocess.Popen(command, cwd=REPOSITORY, pass_fds=(ready_write,), env=os.environ | (env or {}))
         os.close(ready_write)
 
         def stop() -> int:

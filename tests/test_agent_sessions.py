@@ -18,8 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent_fixtures import AgentServer, read_sse, run_agent_server
-from tests.polling import wait_for
+from tests.agent_fixtures import AgentServer, read_sse, run_agent_server, session_events, wait_session_event
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +40,6 @@ def _create(client: httpx.Client, directory: Path, **options: Any) -> str:
     assert created.json()["healthy"] is True
     assert created.json()["nativeSessionId"].startswith("mock-")
     return session_id
-
-
-def _events(client: httpx.Client, session_id: str, **query: Any) -> list[dict[str, Any]]:
-    page = client.get(f"/v1/sessions/{session_id}/events", params={"limit": 10_000, **query})
-    assert page.status_code == 200, page.text
-    events: list[dict[str, Any]] = page.json()["events"]
-    return events
-
-
-def _wait_event(client: httpx.Client, session_id: str, kind: str, count: int = 1) -> list[dict[str, Any]]:
-    def seen() -> list[dict[str, Any]] | None:
-        events = _events(client, session_id)
-        return events if sum(event["type"] == kind for event in events) >= count else None
-
-    return wait_for(seen, what=f"{count} {kind} event(s) in {session_id}")
 
 
 def _types(events: list[dict[str, Any]]) -> list[str]:
@@ -83,7 +67,7 @@ def test_an_approved_tool_call_runs_and_its_events_come_in_order(client: httpx.C
         client.post(f"/v1/sessions/{session_id}/messages", json={"message": "go\n$ echo made > made.txt"}).status_code
         == 204
     )
-    asked = _wait_event(client, session_id, "permission.requested")[-1]
+    asked = wait_session_event(client, session_id, "permission.requested")[-1]
     permission_id = asked["data"]["permission_id"]
     assert asked["data"]["action"] == "Run `echo made > made.txt`"
     assert not (tmp_path / "made.txt").exists()
@@ -91,7 +75,7 @@ def test_an_approved_tool_call_runs_and_its_events_come_in_order(client: httpx.C
         client.post(f"/v1/sessions/{session_id}/permissions/{permission_id}/reply", json={"reply": "once"}).status_code
         == 204
     )
-    events = _wait_event(client, session_id, "turn.ended")
+    events = wait_session_event(client, session_id, "turn.ended")
     assert (tmp_path / "made.txt").read_text() == "made\n"
     assert [event["sequence"] for event in events] == list(range(1, len(events) + 1))
     types = _types(events)
@@ -127,14 +111,14 @@ def test_an_approved_tool_call_runs_and_its_events_come_in_order(client: httpx.C
 def test_a_rejected_tool_call_does_not_run(client: httpx.Client, tmp_path: Path) -> None:
     session_id = _create(client, tmp_path)
     client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ touch never.txt"})
-    permission_id = _wait_event(client, session_id, "permission.requested")[-1]["data"]["permission_id"]
+    permission_id = wait_session_event(client, session_id, "permission.requested")[-1]["data"]["permission_id"]
     assert (
         client.post(
             f"/v1/sessions/{session_id}/permissions/{permission_id}/reply", json={"reply": "reject"}
         ).status_code
         == 204
     )
-    events = _wait_event(client, session_id, "turn.ended")
+    events = wait_session_event(client, session_id, "turn.ended")
     assert not (tmp_path / "never.txt").exists()
     (result,) = _kinds(events, "tool_result")
     assert result["status"] == "failed"
@@ -152,7 +136,7 @@ def test_an_unanswered_permission_takes_the_sessions_default_when_it_times_out(
     client.post(f"/v1/sessions/{rejecting}/messages", json={"message": "$ touch rejected.txt"})
     client.post(f"/v1/sessions/{allowing}/messages", json={"message": "$ touch allowed.txt"})
     for session_id, status in ((rejecting, "reject"), (allowing, "accept")):
-        events = _wait_event(client, session_id, "turn.ended")
+        events = wait_session_event(client, session_id, "turn.ended")
         resolved = next(event["data"] for event in events if event["type"] == "permission.resolved")
         assert resolved["status"] == status
         assert resolved["metadata"]["resolved_by"] == "timeout"
@@ -171,10 +155,10 @@ def test_a_second_message_while_a_turn_runs_is_a_409_and_the_turn_goes_on(client
     assert client.get(f"/v1/sessions/{session_id}").json()["turnActive"] is True
     busy = client.post(f"/v1/sessions/{session_id}/messages", json={"message": "again"})
     assert "a turn is already running" in _problem(busy, 409, "conflict")["detail"]
-    events = _wait_event(client, session_id, "turn.ended")
+    events = wait_session_event(client, session_id, "turn.ended")
     assert _types(events).count("turn.started") == 1
     assert client.post(f"/v1/sessions/{session_id}/messages", json={"message": "now"}).status_code == 204
-    _wait_event(client, session_id, "turn.ended", count=2)
+    wait_session_event(client, session_id, "turn.ended", count=2)
 
 
 def test_terminate_resolves_what_is_pending_stops_the_agent_and_refuses_more(
@@ -183,12 +167,12 @@ def test_terminate_resolves_what_is_pending_stops_the_agent_and_refuses_more(
     marker = f"never-{uuid.uuid4().hex}"
     session_id = _create(client, tmp_path, env={"TEST_MARKER": marker})
     client.post(f"/v1/sessions/{session_id}/messages", json={"message": f"$ touch {marker}"})
-    _wait_event(client, session_id, "permission.requested")
+    wait_session_event(client, session_id, "permission.requested")
     native = client.get(f"/v1/sessions/{session_id}").json()["nativeSessionId"]
     assert _processes_with(marker)  # the agent, given the session's env
     assert client.post(f"/v1/sessions/{session_id}/terminate").status_code == 204
     assert client.post(f"/v1/sessions/{session_id}/terminate").status_code == 204  # idempotent
-    events = _events(client, session_id)
+    events = session_events(client, session_id)
     assert _types(events)[-1] == "session.ended"
     resolved = next(event["data"] for event in events if event["type"] == "permission.resolved")
     assert resolved["metadata"]["resolved_by"] in ("cancelled", "agent_exited", "turn_ended")
@@ -201,13 +185,13 @@ def test_terminate_resolves_what_is_pending_stops_the_agent_and_refuses_more(
     assert not (tmp_path / marker).exists()
     assert not _processes_with(marker)
     assert all(server["serverId"] != f"session-{session_id}" for server in client.get("/v1/acp").json()["servers"])
-    assert len(_events(client, session_id)) == len(events)  # nothing is logged after session.ended
+    assert len(session_events(client, session_id)) == len(events)  # nothing is logged after session.ended
 
 
 def test_events_page_by_offset_and_the_stream_starts_at_any_offset(client: httpx.Client, tmp_path: Path) -> None:
     session_id = _create(client, tmp_path)
     client.post(f"/v1/sessions/{session_id}/messages", json={"message": " ".join(f"w{n}" for n in range(30))})
-    everything = _wait_event(client, session_id, "turn.ended")
+    everything = wait_session_event(client, session_id, "turn.ended")
     first = client.get(f"/v1/sessions/{session_id}/events", params={"offset": 0, "limit": 5}).json()
     assert [e["sequence"] for e in first["events"]] == [1, 2, 3, 4, 5]
     assert first["hasMore"] is True
@@ -242,9 +226,9 @@ def test_events_page_by_offset_and_the_stream_starts_at_any_offset(client: httpx
     _problem(client.get("/v1/sessions/nosuch/events"), 404, "session_not_found")
 
 
-def test_message_stream_answers_with_the_turns_events(client: httpx.Client, tmp_path: Path) -> None:
+def test_message_stream_answers_with_the_turnssession_events(client: httpx.Client, tmp_path: Path) -> None:
     session_id = _create(client, tmp_path)
-    before = len(_events(client, session_id))
+    before = len(session_events(client, session_id))
     frames = read_sse(
         client,
         "POST",
@@ -280,12 +264,12 @@ def test_the_agents_death_mid_turn_is_an_error_and_the_next_message_starts_it_ag
     session_id = _create(client, tmp_path, permissionMode="bypass")
     first_native = client.get(f"/v1/sessions/{session_id}").json()["nativeSessionId"]
     client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ kill -9 $PPID"})
-    events = _wait_event(client, session_id, "turn.ended")
+    events = wait_session_event(client, session_id, "turn.ended")
     assert events[-1]["data"]["phase"] == "failed"
     error = next(event["data"] for event in events if event["type"] == "error")
     assert error["code"] == "agent_process_exited"
     assert client.post(f"/v1/sessions/{session_id}/messages", json={"message": "still there?"}).status_code == 204
-    events = _wait_event(client, session_id, "turn.ended", count=2)
+    events = wait_session_event(client, session_id, "turn.ended", count=2)
     assert events[-1]["data"]["phase"] == "completed"
     restarted = [item for item in _kinds(events, "status") if item["content"][0]["label"] == "agent_restarted"]
     assert restarted[0]["content"][0]["detail"]["previous_native_session_id"] == first_native
@@ -298,15 +282,15 @@ def test_a_second_executor_on_the_same_state_serves_the_same_log_and_goes_on_fro
     with run_agent_server(state) as first, first.client() as client:
         session_id = _create(client, work, env={"SECRET_TOKEN": "s3cr3t-value"})
         client.post(f"/v1/sessions/{session_id}/messages", json={"message": "remember me"})
-        before = _wait_event(client, session_id, "turn.ended")
+        before = wait_session_event(client, session_id, "turn.ended")
         client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ sleep 30"})
-        _wait_event(client, session_id, "permission.requested")
+        wait_session_event(client, session_id, "permission.requested")
     session_dir = state / "sessions" / session_id
     assert os.stat(session_dir / "env.json").st_mode & 0o777 == 0o600
     assert b"s3cr3t-value" not in (session_dir / "events.jsonl").read_bytes()
     assert b"s3cr3t-value" not in (session_dir / "session.json").read_bytes()
     with run_agent_server(state) as second, second.client() as client:
-        after = _events(client, session_id)
+        after = session_events(client, session_id)
         assert after[: len(before)] == before
         stopped = after[len(before) :]
         assert {"code": "interrupted", "message": "the agent server stopped during this turn"} in [
@@ -320,11 +304,11 @@ def test_a_second_executor_on_the_same_state_serves_the_same_log_and_goes_on_fro
             ).status_code
             == 204
         )
-        _wait_event(client, session_id, "permission.requested", count=2)
-        asked = [e for e in _events(client, session_id) if e["type"] == "permission.requested"]
+        wait_session_event(client, session_id, "permission.requested", count=2)
+        asked = [e for e in session_events(client, session_id) if e["type"] == "permission.requested"]
         assert [e["data"]["permission_id"] for e in asked] == ["perm_1", "perm_2"]
         client.post(f"/v1/sessions/{session_id}/permissions/perm_2/reply", json={"reply": "once"})
-        final = _wait_event(client, session_id, "turn.ended", count=3)
+        final = wait_session_event(client, session_id, "turn.ended", count=3)
         assert [e["sequence"] for e in final] == list(range(1, len(final) + 1))
         item_ids = [int(e["data"]["item"]["item_id"][4:]) for e in final if e["type"] == "item.started"]
         assert len(item_ids) == len(set(item_ids))  # numbering went on after the first executor's

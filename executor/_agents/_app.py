@@ -22,11 +22,12 @@ from urllib.parse import unquote
 
 from executor._agents._acp_hub import AcpHub
 from executor._agents._acp_routes import AcpRoutes
-from executor._agents._catalog import AGENTS
+from executor._agents._catalog import AGENTS, AgentKind
 from executor._agents._config_routes import ConfigRoutes
 from executor._agents._desktop_routes import DesktopRoutes
 from executor._agents._fs_routes import FsRoutes
-from executor._agents._http import ApiError, send_json, send_problem
+from executor._agents._http import ApiError, read_json, send_json, send_problem
+from executor._agents._install import Installer, InstallFailed
 from executor._agents._launch import Launcher
 from executor._agents._process_routes import ProcessRoutes
 from executor._agents._session_routes import SessionRoutes
@@ -35,7 +36,7 @@ from executor._defaults import Defaults
 from executor._errors import ExecutorError
 from executor._exchange import Request, Response
 from executor._processes import ProcessTable
-from executor.agent_api import problem
+from executor.agent_api import InstallRequest, problem
 
 __all__ = ("AgentApp",)
 
@@ -50,10 +51,11 @@ def _pattern(template: str) -> re.Pattern[str]:
 class AgentApp:
     """The agent server of one executor."""
 
-    def __init__(self, defaults: Defaults, table: ProcessTable, path_env: str, state_dir: str) -> None:
+    def __init__(self, defaults: Defaults, table: ProcessTable, path_env: str, state_dir: str, agents_dir: str) -> None:
         self._defaults = defaults
-        launcher = Launcher(defaults, path_env, state_dir)
+        launcher = Launcher(defaults, path_env, state_dir, agents_dir)
         self._launcher = launcher
+        self._installer = Installer(launcher)
         self.hub = AcpHub(table, launcher)
         acp = AcpRoutes(self.hub)
         self.sessions = Sessions(self.hub, state_dir)
@@ -67,6 +69,7 @@ class AgentApp:
             ("/v1/health", {"GET": self._health}),
             ("/v1/agents", {"GET": self._agents}),
             ("/v1/agents/{agent}", {"GET": self._agent}),
+            ("/v1/agents/{agent}/install", {"POST": self._install}),
             ("/v1/acp", {"GET": acp.list}),
             ("/v1/acp/{server_id}", {"POST": acp.post, "GET": acp.stream, "DELETE": acp.delete}),
             ("/v1/fs/entries", {"GET": fs.entries}),
@@ -158,9 +161,25 @@ class AgentApp:
     async def _agents(self, request: Request, response: Response) -> None:
         await send_json(response, 200, self._launcher.catalog(_flag(request, "config")))
 
-    async def _agent(self, request: Request, response: Response, agent: str) -> None:
-        if agent not in AGENTS:
+    def _kind(self, agent: str) -> AgentKind:
+        kind = AGENTS.get(agent)
+        if kind is None:
             raise ApiError("unsupported_agent", 400, f"unsupported agent: {agent}", agent=agent)
+        return kind
+
+    async def _install(self, request: Request, response: Response, agent: str) -> None:
+        kind = self._kind(agent)
+        body = await read_json(request, InstallRequest)
+        try:
+            installed = await self._installer.install(kind, body)
+        except ValueError as exc:
+            raise ApiError("invalid_request", 400, str(exc), agent=agent) from exc
+        except InstallFailed as exc:
+            raise ApiError("install_failed", 500, str(exc), agent=agent, details={"stderr": exc.stderr}) from exc
+        await send_json(response, 200, installed)
+
+    async def _agent(self, request: Request, response: Response, agent: str) -> None:
+        self._kind(agent)
         listing = self._launcher.catalog(_flag(request, "config"))
         await send_json(response, 200, next(info for info in listing.agents if info.id == agent))
 

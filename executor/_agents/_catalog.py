@@ -1,7 +1,8 @@
 """The agents the server knows: how each is started over ACP, installed from npm, and described.
 
 An agent is installed when its ACP adapter (and the CLI it drives, where it needs one) resolves on
-the search path: the sandbox's PATH, then `/opt/agents/<id>/bin` where `install` puts npm packages.
+the search path: `<agents dir>/<id>/bin` (`/opt/agents` unless `--agents-dir`), where `install` puts npm
+packages, then the sandbox's PATH.
 Versions are pinned (coding-agents.md §7.1, the versions measured offline). Amp and Cursor are listed
 with the reason they cannot run here. `mock` is builtin: `mock.py` run by the executor's own Python.
 """
@@ -124,41 +125,38 @@ AGENTS: dict[str, AgentKind] = {
             "mock",
             (sys.executable, "-I", "-S", MOCK_PATH),
             _caps("111111111111111110"),
-            (
-                _select("model", "model", "mock", "mock", "mock-fast"),
-                _select("mode", "mode", "normal", "normal", "plan", "bypass"),
-            ),
+            (_select("mode", "mode", "normal", "normal", "plan", "bypass"),),
             version="builtin",
         ),
     )
 }
 
 
-def search_path(path_env: str, agent: str) -> str:
+def search_path(agents_dir: str, path_env: str, agent: str) -> str:
     """Where an agent's commands are looked for: its install directory first, then the sandbox's PATH."""
-    return os.pathsep.join([os.path.join(AGENTS_DIR, agent, "bin"), path_env])
+    return os.pathsep.join([os.path.join(agents_dir, agent, "bin"), path_env])
 
 
-def resolve(kind: AgentKind, path_env: str) -> list[str] | None:
-    """The adapter's argv with its command made absolute, or None when a command is missing."""
+def resolve(kind: AgentKind, path: str) -> list[str] | None:
+    """The adapter's argv with its command made absolute (looked for on `path`), or None when one is missing."""
     if kind.id == "mock":
         return list(kind.adapter)
     if kind.unavailable is not None:
         return None
-    path = search_path(path_env, kind.id)
     found = [shutil.which(command, path=path) for command in kind.commands]
     if None in found:
         return None
     return [str(found[0]), *kind.adapter[1:]]
 
 
-def describe(kind: AgentKind, path_env: str, env: dict[str, str], with_config: bool) -> AgentInfo:
+def describe(kind: AgentKind, agents_dir: str, path_env: str, env: dict[str, str], with_config: bool) -> AgentInfo:
     """The `AgentInfo` of one agent now."""
-    argv = resolve(kind, path_env)
+    argv = resolve(kind, search_path(agents_dir, path_env, kind.id))
     installed = argv is not None
     reason = kind.unavailable
     if not installed and reason is None:
-        reason = f"not installed: POST /v1/agents/{kind.id}/install puts {' '.join(kind.packages)} in {AGENTS_DIR}"
+        where = os.path.join(agents_dir, kind.id)
+        reason = f"not installed: POST /v1/agents/{kind.id}/install puts {' '.join(kind.packages)} in {where}"
     return AgentInfo(
         id=kind.id,
         installed=installed,

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import msgspec
 
-from executor._agents._catalog import AGENTS, QUIET_ENV, AgentKind, describe, resolve, search_path
+from executor._agents._catalog import AGENTS, AGENTS_DIR, QUIET_ENV, AgentKind, describe, resolve, search_path
 from executor._defaults import Defaults
 from executor._process_env import environment, working_directory
 from executor._spawn import Spec
 from executor._users import lookup
-from executor.agent_api import AgentList
+from executor.agent_api import AgentInfo, AgentList
 
 __all__ = ("Launcher", "NotInstalled", "UnknownAgent")
 
@@ -43,6 +43,10 @@ class Launcher:
     defaults: Defaults
     path_env: str
     state_dir: str
+    agents_dir: str = AGENTS_DIR
+
+    def search_path(self, agent: str) -> str:
+        return search_path(self.agents_dir, self.path_env, agent)
 
     def kind(self, agent: str) -> AgentKind:
         kind = AGENTS.get(agent)
@@ -52,15 +56,18 @@ class Launcher:
 
     def catalog(self, with_config: bool) -> AgentList:
         env = self.defaults.env_vars
-        return AgentList([describe(kind, self.path_env, env, with_config) for kind in AGENTS.values()])
+        return AgentList([describe(kind, self.agents_dir, self.path_env, env, with_config) for kind in AGENTS.values()])
+
+    def describe(self, kind: AgentKind) -> AgentInfo:
+        return describe(kind, self.agents_dir, self.path_env, self.defaults.env_vars, False)
 
     def spec(self, agent: str, extra_env: dict[str, str], directory: str | None, tag: str) -> Spec:
         kind = self.kind(agent)
-        argv = resolve(kind, self.path_env)
+        argv = resolve(kind, self.search_path(agent))
         if argv is None:
-            raise NotInstalled(describe(kind, self.path_env, self.defaults.env_vars, False).reason or "not installed")
+            raise NotInstalled(self.describe(kind).reason or "not installed")
         user = lookup(self.defaults.user)
-        env = environment(self.defaults, search_path(self.path_env, agent), user, {})
+        env = environment(self.defaults, self.search_path(agent), user, {})
         env |= QUIET_ENV | kind.env | extra_env
         if user.uid == 0:
             env["IS_SANDBOX"] = "1"
