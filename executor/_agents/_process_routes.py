@@ -42,7 +42,7 @@ HARD_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 HARD_MAX_RUN_MS = 3_600_000
 
 
-class ProcessConfig(msgspec.Struct, rename="camel"):
+class ProcessConfig(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     max_concurrent_processes: int = 64
     default_run_timeout_ms: int = 30_000
     max_run_timeout_ms: int = 300_000
@@ -106,6 +106,12 @@ class _Tracked:
         self._sequence = 0
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
+        self.collector: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence number of the latest output (0 before any)."""
+        return self._sequence
 
     def add(self, stream: str, data: bytes) -> None:
         self._sequence += 1
@@ -213,7 +219,7 @@ class ProcessRoutes:
         tracked = _Tracked(info, process, self._config.max_log_bytes_per_process)
         self._tracked[info.id] = tracked
         subscription = process.subscribe()
-        asyncio.get_running_loop().create_task(_collect(tracked, subscription))
+        tracked.collector = asyncio.get_running_loop().create_task(_collect(tracked, subscription))
         await send_json(response, 200, info)
 
     async def list_processes(self, request: Request, response: Response) -> None:
@@ -261,6 +267,7 @@ class ProcessRoutes:
         if stream not in ("stdout", "stderr", "combined", "pty"):
             raise ApiError("invalid_request", 400, "stream must be stdout, stderr, combined or pty")
         since = int(request.query["since"]) if request.query.get("since", "").isdigit() else 0
+        horizon = max(since, tracked.last_sequence)  # what a followed stream has seen, or left out, once this is sent
         selected = [e for e in tracked.entries if e[0] > since and stream in ("combined", e[1])]
         tail = request.query.get("tail", "")
         if tail.isdigit():
@@ -271,28 +278,35 @@ class ProcessRoutes:
             and accepts(request, "text/event-stream")
             and "text/event-stream" in request.headers.get("accept", "")
         ):
-            await self._follow(response, tracked, stream, selected)
+            await self._follow(response, tracked, stream, selected, horizon)
             return
         await send_json(
             response, 200, {"processId": process_id, "stream": stream, "entries": [_entry(e) for e in selected]}
         )
 
     async def _follow(
-        self, response: Response, tracked: _Tracked, stream: str, backlog: list[tuple[int, str, int, bytes]]
+        self,
+        response: Response,
+        tracked: _Tracked,
+        stream: str,
+        backlog: list[tuple[int, str, int, bytes]],
+        horizon: int,
     ) -> None:
+        """The backlog, then every entry after `horizon` (not what `since` or `tail` left out) until the exit."""
         await start_sse(response)
-        last = 0
         for entry in backlog:
             await response.write(_frame(entry))
-            last = entry[0]
+        last = horizon
         while True:
+            tracked.changed.clear()  # before looking: what arrives while the frames are written sets it again
             new = [e for e in tracked.entries if e[0] > last and stream in ("combined", e[1])]
             for entry in new:
                 await response.write(_frame(entry))
                 last = entry[0]
             if tracked.done.is_set() and not new:
                 break
-            tracked.changed.clear()
+            if new:
+                continue
             try:
                 await asyncio.wait_for(tracked.changed.wait(), HEARTBEAT_SECONDS)
             except TimeoutError:
