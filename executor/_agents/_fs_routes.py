@@ -174,9 +174,17 @@ def _move(source: str, target: str, overwrite: bool, user: User) -> None:
         raise ApiError("invalid_request", 400, f"path not found: {source}")
     if os.path.lexists(target) and not overwrite:
         raise ApiError("conflict", 409, f"destination exists (use overwrite=true): {target}")
+    if os.path.isdir(source) and not os.path.islink(source) and _within(target, source):
+        raise ApiError("invalid_request", 400, f"cannot move '{source}' into itself: {target}")
     ensure_dirs(os.path.dirname(target), user.uid, user.gid)
     with os_errors(f"error moving '{source}' to '{target}'"):
         os.replace(source, target)
+
+
+def _within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or would be inside it (its existing parents resolved)."""
+    real, parent = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([real, parent]) == parent
 
 
 def _stat(path: str) -> FsStat:
