@@ -20,6 +20,8 @@ import re
 from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
+import msgspec
+
 from executor._agents._acp_hub import AcpHub
 from executor._agents._acp_routes import AcpRoutes
 from executor._agents._catalog import AGENTS, AgentKind
@@ -29,6 +31,7 @@ from executor._agents._fs_routes import FsRoutes
 from executor._agents._http import ApiError, read_json, send_json, send_problem
 from executor._agents._install import Installer, InstallFailed
 from executor._agents._launch import Launcher
+from executor._agents._openapi import document
 from executor._agents._process_routes import ProcessRoutes
 from executor._agents._session_routes import SessionRoutes
 from executor._agents._sessions import Sessions
@@ -67,6 +70,7 @@ class AgentApp:
         table_of_routes: list[tuple[str, dict[str, Handler]]] = [
             ("/", {"GET": self._root}),
             ("/v1/health", {"GET": self._health}),
+            ("/v1/openapi.json", {"GET": self._openapi}),
             ("/v1/agents", {"GET": self._agents}),
             ("/v1/agents/{agent}", {"GET": self._agent}),
             ("/v1/agents/{agent}/install", {"POST": self._install}),
@@ -104,6 +108,8 @@ class AgentApp:
             ("/v1/sessions/{session_id}/cancel", {"POST": sessions.cancel}),
             ("/v1/sessions/{session_id}/terminate", {"POST": sessions.terminate}),
         ]
+        self.routes = [(path, list(methods)) for path, methods in table_of_routes]
+        self._document: bytes | None = None
         self._exact = {path: methods for path, methods in table_of_routes if "{" not in path}
         self._patterns = [(_pattern(path), methods) for path, methods in table_of_routes if "{" in path]
 
@@ -157,6 +163,11 @@ class AgentApp:
 
     async def _health(self, request: Request, response: Response) -> None:
         await send_json(response, 200, {"status": "ok"})
+
+    async def _openapi(self, request: Request, response: Response) -> None:
+        if self._document is None:
+            self._document = msgspec.json.encode(document(self.routes))
+        await response.send(200, self._document, "application/json")
 
     async def _agents(self, request: Request, response: Response) -> None:
         await send_json(response, 200, self._launcher.catalog(_flag(request, "config")))
