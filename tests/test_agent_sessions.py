@@ -9,6 +9,7 @@ numbering after them.
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from tests.agent_fixtures import AgentServer, read_sse, run_agent_server, session_events, wait_session_event
+from tests.polling import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -315,14 +317,38 @@ def test_a_second_executor_on_the_same_state_serves_the_same_log_and_goes_on_fro
     assert (work / "seen.txt").read_text() == "s3cr3t-value\n"
 
 
-def _processes_with(marker: str) -> list[int]:
-    """The processes whose environment holds `marker`."""
+def _processes_with(marker: str, where: str = "environ") -> list[int]:
+    """The processes whose environment (or `cmdline`) holds `marker`."""
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if marker.encode() in Path(f"/proc/{name}/environ").read_bytes():
+                if marker.encode() in Path(f"/proc/{name}/{where}").read_bytes():
                     found.append(int(name))
             except OSError:
                 continue
     return found
+
+
+def test_after_the_executor_is_killed_a_new_one_serves_the_log_and_marks_the_cut_turn(tmp_path: Path) -> None:
+    state, work = tmp_path / "state", tmp_path / "work"
+    work.mkdir()
+    with run_agent_server(state) as first, first.client() as client:
+        session_id = _create(client, work)
+        client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ sleep 30"})
+        before = wait_session_event(client, session_id, "permission.requested")
+        port = first.url.rsplit(":", 1)[1]
+        (executor,) = [pid for pid in _processes_with(f"--agent-port\0{port}\0", "cmdline")]
+        os.kill(executor, signal.SIGKILL)
+        wait_for(lambda: not _processes_with(f"--agent-port\0{port}\0", "cmdline"), what="the executor to die")
+    with run_agent_server(state) as second, second.client() as client:
+        after = session_events(client, session_id)
+        assert after[: len(before)] == before  # the same events at the same offsets
+        cut = after[len(before) :]
+        assert [event["type"] for event in cut] == ["error", "turn.ended"]
+        assert cut[0]["data"] == {"message": "the agent server restarted during this turn", "code": "interrupted"}
+        assert cut[1]["data"] == {"phase": "interrupted"}
+        assert client.post(f"/v1/sessions/{session_id}/messages", json={"message": "again"}).status_code == 204
+        events = wait_session_event(client, session_id, "turn.ended", count=2)
+        assert events[-1]["data"]["phase"] == "completed"
+        assert [event["sequence"] for event in events] == list(range(1, len(events) + 1))
