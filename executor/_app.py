@@ -161,7 +161,9 @@ class App:
 
             from executor._agents._app import AgentApp
 
-            os.makedirs(self._settings.agent_state_dir, mode=0o700, exist_ok=True)
+            # 0711: the agent (the default user) opens its catalog file by name; sessions/ and acp/ stay 0700.
+            os.makedirs(self._settings.agent_state_dir, mode=0o711, exist_ok=True)
+            os.chmod(self._settings.agent_state_dir, 0o711)
             settings = self._settings
             processes = self.load().processes
             self._agents = AgentApp(

@@ -129,3 +129,19 @@ def test_private_traffic_wants_the_traffic_token_at_the_gateway_and_the_bearer_t
             assert both.status_code == 200, both.text
     finally:
         sbx.kill()
+
+
+def test_the_mock_answers_the_clis_agent_list_as_the_sandboxs_user(sbx: Sandbox, e2b_env: RunningServer) -> None:
+    """The CLI's `api agents list` call: the mock (run as `user`) reads the catalog the root executor wrote."""
+    auth = {"Authorization": f"Bearer {sbx._envd_access_token}", "Accept": "*/*"}
+    with httpx.Client(base_url=f"http://{sbx.get_host(AGENT_PORT)}:{e2b_env.port}", timeout=60) as client:
+        hello = {"jsonrpc": "2.0", "id": "cli-init", "method": "initialize", "params": {"protocolVersion": "1.0"}}
+        assert client.post("/v1/acp/cli-ext?agent=mock", json=hello, headers=auth).status_code == 200
+        listing = {"jsonrpc": "2.0", "id": "cli-ext", "method": "_sandboxagent/agent/list", "params": {}}
+        answer = client.post("/v1/acp/cli-ext", json=listing, headers=auth)
+        assert answer.status_code == 200, answer.text
+        agents = {agent["id"]: agent for agent in answer.json()["result"]["agents"]}
+        assert agents["mock"]["installed"] is True
+        assert {"claude", "codex", "opencode", "pi", "amp", "cursor"} <= set(agents)
+        assert client.delete("/v1/acp/cli-ext", headers=auth).status_code == 204
+    assert sbx.commands.run("stat -c %a /var/lib/agent-sandbox/agents", user="root").stdout.strip() == "711"
