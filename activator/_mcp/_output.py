@@ -7,11 +7,21 @@ that says how many bytes were dropped. Files are cut after `MAX_FILE_BYTES`, wit
 
 from __future__ import annotations
 
-__all__ = ["MAX_FILE_BYTES", "MAX_LIST_ENTRIES", "MAX_STREAM_BYTES", "CappedStream", "cut_marker"]
+from typing import Any, NamedTuple
+
+__all__ = ["MAX_FILE_BYTES", "MAX_LIST_ENTRIES", "MAX_STREAM_BYTES", "CappedStream", "Rendered", "cut_marker"]
 
 MAX_STREAM_BYTES = 64 * 1024  # per stream (stdout, stderr) of one command or code run
 MAX_FILE_BYTES = 256 * 1024  # per read_file
 MAX_LIST_ENTRIES = 1000  # per list_files
+
+
+class Rendered(NamedTuple):
+    """A tool's result whose text content is a rendering of its own for the model (a transcript), while the
+    structured content keeps the data it was made from; other results' text is their JSON."""
+
+    structured: dict[str, Any]
+    text: str
 
 
 def cut_marker(dropped: int, what: str, hint: str) -> str:

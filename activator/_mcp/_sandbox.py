@@ -12,7 +12,7 @@ from activator._activator import Activator
 from activator._records import SandboxRecord
 from pool import Template
 
-__all__ = ["SandboxAccess", "SandboxUrls", "describe"]
+__all__ = ["SandboxAccess", "SandboxUrls", "describe", "open_port"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -40,13 +40,18 @@ class SandboxAccess:
 
     async def connect(self, port: int) -> socket.socket:
         """A socket to `port` in the sandbox, resuming it first if it is paused (as any API call does)."""
-        record = self.activator.get(self.owner, self.record.id)  # killed or gone meanwhile: SandboxNotFound
-        if not record.wakes_on_traffic:
-            # Paused through the API (or by its timeout): a call by its owner resumes it, as E2B's connect does.
-            await self.activator.connect(self.owner, record.id, record.remaining or record.timeout)
-        sock = await self.activator.open_upstream(record.id, port)
-        self.activator.touch(record.id)
-        return sock
+        return await open_port(self.activator, self.owner, self.record.id, port)
+
+
+async def open_port(activator: Activator, owner: str, sandbox_id: str, port: int) -> socket.socket:
+    """A socket to `port` in `owner`'s sandbox, resuming it first if it is paused; counts as activity."""
+    record = activator.get(owner, sandbox_id)  # killed or gone meanwhile: SandboxNotFound
+    if not record.wakes_on_traffic:
+        # Paused through the API (or by its timeout): a call by its owner resumes it, as E2B's connect does.
+        await activator.connect(owner, record.id, record.remaining or record.timeout)
+    sock = await activator.open_upstream(record.id, port)
+    activator.touch(record.id)
+    return sock
 
 
 def describe(record: SandboxRecord, urls: SandboxUrls, template: Template | None) -> dict[str, Any]:
