@@ -26,6 +26,14 @@ pytestmark = pytest.mark.anyio
 # The initialize handshake at the newest version it reaches, and the per-request envelope of 2026-07-28.
 CLIENT_MODES = {"legacy": "2025-11-25", "2026-07-28": "2026-07-28"}
 TOOLS = ["createSandbox", "getSandbox", "listSandbox", "deleteSandbox", "sandboxExecutor"]
+AGENT_SESSION_TOOLS = [  # tests/test_mcp_agent_sessions.py
+    "createAgentSession",
+    "promptAgentSession",
+    "getAgentSessionEvents",
+    "replyAgentPermission",
+    "listAgentSessions",
+    "terminateAgentSession",
+]
 SANDBOX_TOOLS = ["run_command", "read_file", "write_file", "list_files", "get_url"]
 NODE_SERVER = "require('http').createServer((req, res) => res.end('hello from node ' + req.url)).listen(8008);\n"
 
@@ -79,14 +87,14 @@ async def node_sandbox(server: RunningServer) -> AsyncIterator[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("mode", list(CLIENT_MODES))
-async def test_the_five_tools_are_listed_with_object_schemas(server: RunningServer, mode: str) -> None:
+async def test_the_tools_are_listed_with_object_schemas(server: RunningServer, mode: str) -> None:
     async def list_tools() -> tuple[str, list[Any]]:
         async with connect(server, mode=mode) as client:
             return client.protocol_version, (await client.list_tools()).tools
 
     version, tools = await list_tools()
     assert version == CLIENT_MODES[mode]
-    assert [tool.name for tool in tools] == TOOLS
+    assert [tool.name for tool in tools] == TOOLS + AGENT_SESSION_TOOLS
     schemas = {tool.name: tool.input_schema for tool in tools}
     assert all(schema["type"] == "object" for schema in schemas.values())
     assert schemas["sandboxExecutor"]["required"] == ["sandboxId", "tool"]
@@ -105,7 +113,7 @@ def test_older_handshake_versions_are_negotiated(server: RunningServer, version:
             json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
             headers={"MCP-Protocol-Version": version},
         )
-    assert [tool["name"] for tool in listed.json()["result"]["tools"]] == TOOLS
+    assert [tool["name"] for tool in listed.json()["result"]["tools"]] == TOOLS + AGENT_SESSION_TOOLS
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The MCP control plane: agents create, use and delete sandboxes through five tools at `/mcp`."""
+"""The MCP control plane at `/mcp`: agents create, use and delete sandboxes, and delegate tasks to coding agents in
+them."""
 
 from activator._mcp._sandbox import SandboxUrls
 from activator._mcp._server import McpServer

@@ -17,14 +17,20 @@ from activator._mcp._errors import BadArguments
 from executor.envd import EnvVars
 
 __all__ = [
+    "AGENT_SESSION_ID",
+    "MAX_EVENTS_PAGE",
+    "MAX_WAIT_SECONDS",
     "BrowserToolArgs",
     "Click",
+    "CreateAgentSession",
     "CreateSandbox",
     "DeleteSandbox",
     "DesktopToolArgs",
     "Evaluate",
+    "GetAgentSessionEvents",
     "GetSandbox",
     "GetUrl",
+    "ListAgentSessions",
     "ListFiles",
     "ListSandbox",
     "Navigate",
@@ -32,13 +38,16 @@ __all__ = [
     "PageScreenshot",
     "PageText",
     "Press",
+    "PromptAgentSession",
     "ReadFile",
+    "ReplyAgentPermission",
     "RunCode",
     "RunCommand",
     "SandboxExecutor",
     "SandboxToolArgs",
     "Screenshot",
     "Scroll",
+    "TerminateAgentSession",
     "ToolArgs",
     "TypeText",
     "WriteFile",
@@ -96,6 +105,130 @@ class SandboxExecutor(ToolArgs):
     arguments: Annotated[
         dict[str, Any], Meta(description="The tool's arguments, matching its inputSchema in createSandbox's `tools`.")
     ] = {}
+
+
+AGENT_SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # the agent server's own rule for session ids
+MAX_EVENTS_PAGE = 1000
+MAX_WAIT_SECONDS = 300
+_SessionId = Annotated[str, Meta(pattern=AGENT_SESSION_ID, description="The sessionId createAgentSession returned.")]
+_Option = Annotated[str, Meta(min_length=1, max_length=200)]
+
+
+class CreateAgentSession(ToolArgs):
+    sandbox_id: _SandboxId
+    session_id: (
+        Annotated[
+            str,
+            Meta(
+                pattern=AGENT_SESSION_ID,
+                description="An id of your choice for the new session: 1-128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit (default: a new random one).",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    agent: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=64,
+            description="The coding agent: mock (built in, for trying this out), claude, codex, opencode or pi "
+            "(listAgentSessions says which are installed in the sandbox).",
+        ),
+    ] = "mock"
+    agent_mode: (
+        Annotated[
+            _Option,
+            Meta(
+                description="The agent's mode (ACP session mode): mock normal, plan or bypass; claude default, "
+                "acceptEdits, plan, dontAsk or bypassPermissions; codex read-only, auto or full-access; opencode "
+                "build or plan. Default: the agent's own."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    permission_mode: (
+        Annotated[
+            _Option,
+            Meta(
+                description="A mode that says how the agent asks before acting, set after agentMode: 'bypass' "
+                "(mock), 'bypassPermissions' (claude) or 'full-access' (codex) let it act without asking. Default: "
+                "it asks, and each request waits for replyAgentPermission."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    model: Annotated[_Option, Meta(description="The model the agent uses (default: the agent's).")] | UnsetType = UNSET
+    directory: (
+        Annotated[
+            str, Meta(min_length=1, max_length=4096, description="The agent's working directory (default: /home/user).")
+        ]
+        | UnsetType
+    ) = UNSET
+    env: Annotated[
+        EnvVars,
+        Meta(
+            description="Environment variables of the agent's process only, e.g. ANTHROPIC_API_KEY or a model "
+            "base URL; never written to the event log."
+        ),
+    ] = {}
+    permission_timeout_ms: Annotated[
+        int,
+        Meta(
+            ge=1_000,
+            le=86_400_000,
+            description="How long a permission request waits for replyAgentPermission before permissionDefault "
+            "applies (milliseconds).",
+        ),
+    ] = 300_000
+    permission_default: Annotated[
+        Literal["reject", "once"], Meta(description="The answer to a permission request nobody answered in time.")
+    ] = "reject"
+
+
+class PromptAgentSession(ToolArgs):
+    sandbox_id: _SandboxId
+    session_id: _SessionId
+    message: Annotated[str, Meta(min_length=1, description="The task or message for the agent.")]
+
+
+class GetAgentSessionEvents(ToolArgs):
+    sandbox_id: _SandboxId
+    session_id: _SessionId
+    offset: Annotated[
+        int, Meta(ge=0, description="Return the events after this many (the nextOffset of the previous call).")
+    ] = 0
+    limit: Annotated[int, Meta(ge=1, le=MAX_EVENTS_PAGE, description="At most this many events.")] = 200
+    wait_seconds: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=MAX_WAIT_SECONDS,
+            description="While a turn runs, wait up to this long for it to end or to ask for a permission before "
+            "answering; 0 answers at once.",
+        ),
+    ] = 30
+
+
+class ReplyAgentPermission(ToolArgs):
+    sandbox_id: _SandboxId
+    session_id: _SessionId
+    permission_id: Annotated[
+        str, Meta(min_length=1, max_length=128, description="The permissionId of the permission.requested event.")
+    ]
+    reply: Annotated[
+        Literal["once", "always", "reject"],
+        Meta(description="once: allow this call; always: allow it and the like from now on; reject: refuse it."),
+    ]
+
+
+class ListAgentSessions(ToolArgs):
+    sandbox_id: _SandboxId
+
+
+class TerminateAgentSession(ToolArgs):
+    sandbox_id: _SandboxId
+    session_id: _SessionId
 
 
 class RunCommand(ToolArgs):

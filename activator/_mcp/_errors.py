@@ -7,7 +7,8 @@ ToolError                 base class: the message is shown to the agent as is
 ├── BadArguments          the arguments do not match the tool's JSON schema
 ├── FileMissing           read_file / list_files named a path that does not exist
 ├── CommandTimedOut       a command or code run passed its timeout and was killed
-└── ExecutorFailed        the sandbox's executor refused the call or did not answer
+├── ExecutorFailed        the sandbox's executor refused the call or did not answer
+└── AgentRefused          the sandbox's coding-agent server answered with a problem document (its `detail`)
 
 The pool's `ExecutorError`s (the executor's client) become `ExecutorFailed` in `executor_failures()`. The
 activator's own errors (`SandboxNotFound`, `InvalidRequest`, `TemplateNotFound`, ...) are reported the same
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pool import ExecutorError, ExecutorRefused
 
 __all__ = [
+    "AgentRefused",
     "BadArguments",
     "CommandTimedOut",
     "ExecutorFailed",
@@ -58,6 +60,14 @@ class CommandTimedOut(ToolError):
 
 class ExecutorFailed(ToolError):
     """The executor answered with an error, or the connection to it broke."""
+
+
+class AgentRefused(ToolError):
+    """The coding-agent server (port 2468) refused the call; `kind` is the problem's error kind."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from activator._activator import Activator
 from activator._errors import ActivatorError, SandboxNotFound
 from activator._mcp._errors import ToolError
 from activator._mcp._gate import OWNER, ApiKeyGate, KeyVerifier
+from activator._mcp._output import Rendered
 from activator._mcp._sandbox import SandboxUrls
 from activator._mcp._tools import ControlTools
 
@@ -38,13 +39,15 @@ _INSTRUCTIONS = (
     "agent-sandbox runs isolated Linux sandboxes. createSandbox starts one; sandboxExecutor runs its tools "
     "(run_command, write_file, read_file, list_files, get_url, and run_code where there is a code interpreter); "
     "deleteSandbox removes it. A server started in a sandbox with run_command (background: true) is reachable at "
-    "the URL get_url returns for its port."
+    "the URL get_url returns for its port. To delegate a task to a coding agent working inside a sandbox: "
+    "createAgentSession, promptAgentSession with the task, then getAgentSessionEvents from the returned offset "
+    "until the turn ended, answering its permission requests with replyAgentPermission."
 )
 Context = ServerRequestContext[dict[str, Any]]
 
 
 class McpServer:
-    """The `/mcp` endpoint: API-key gate, streamable-HTTP transport, and the five tools.
+    """The `/mcp` endpoint: API-key gate, streamable-HTTP transport, and the tools.
 
     `run()` must be entered (once) for as long as the app serves: it owns the transport's task group.
     """
@@ -102,8 +105,12 @@ def _owner(ctx: Context) -> str:
     return owner
 
 
-def _result(result: dict[str, Any]) -> types.CallToolResult:
-    """The tool's answer as text (and structured content); an `image` entry (a screenshot) as image content."""
+def _result(result: dict[str, Any] | Rendered) -> types.CallToolResult:
+    """The tool's answer as text (and structured content); an `image` entry (a screenshot) as image content. The
+    text is the result's JSON, or the rendering a `Rendered` result brings (a session's transcript)."""
+    if isinstance(result, Rendered):
+        text_content = types.TextContent(text=result.text)
+        return types.CallToolResult(content=[text_content], structured_content=result.structured)
     image = result.pop("image", None)
     text = json.dumps(result, ensure_ascii=False, indent=1)
     content: list[types.ContentBlock] = [types.TextContent(text=text)]

@@ -1,4 +1,5 @@
-"""The five MCP tools: create, get, list and delete sandboxes, and run a sandbox tool inside one.
+"""The MCP tools: create, get, list and delete sandboxes, run a sandbox tool inside one, and drive coding-agent
+sessions in one (`_agent_sessions`).
 
 Each acts for the owner of the calling API key, through the same `Activator` calls as the E2B API, so a key sees
 only its own sandboxes here as there.
@@ -12,17 +13,27 @@ import mcp_types as types
 
 from activator._activator import Activator
 from activator._catalog import TemplateNotFound
+from activator._mcp._agent_sessions import AgentSessionArgs, run_agent_session_tool
 from activator._mcp._arguments import (
+    MAX_EVENTS_PAGE,
+    MAX_WAIT_SECONDS,
+    CreateAgentSession,
     CreateSandbox,
     DeleteSandbox,
+    GetAgentSessionEvents,
     GetSandbox,
+    ListAgentSessions,
     ListSandbox,
+    PromptAgentSession,
+    ReplyAgentPermission,
     SandboxExecutor,
+    TerminateAgentSession,
     ToolArgs,
     input_schema,
     parse,
 )
 from activator._mcp._errors import ToolError
+from activator._mcp._output import Rendered
 from activator._mcp._sandbox import SandboxAccess, SandboxUrls, describe
 from activator._mcp._sandbox_tools import find_tool, run_sandbox_tool, sandbox_tools
 from activator._records import CreateRequest, Lifecycle, SandboxRecord, SandboxState
@@ -32,10 +43,18 @@ __all__ = ["ControlTools"]
 
 _STATES = {"running": SandboxState.RUNNING, "paused": SandboxState.PAUSED}
 _PAGE = 100
+_AGENT_TOOLS: dict[str, type[AgentSessionArgs]] = {
+    "createAgentSession": CreateAgentSession,
+    "promptAgentSession": PromptAgentSession,
+    "getAgentSessionEvents": GetAgentSessionEvents,
+    "replyAgentPermission": ReplyAgentPermission,
+    "listAgentSessions": ListAgentSessions,
+    "terminateAgentSession": TerminateAgentSession,
+}
 
 
 class ControlTools:
-    """The five tools of one server, listed with their schemas and called by name."""
+    """The tools of one server, listed with their schemas and called by name."""
 
     def __init__(self, activator: Activator, urls: SandboxUrls) -> None:
         self._activator = activator
@@ -50,8 +69,10 @@ class ControlTools:
     def schema(self, name: str) -> dict[str, Any] | None:
         return self._schemas.get(name)
 
-    async def call(self, owner: str, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    async def call(self, owner: str, name: str, arguments: dict[str, Any] | None) -> dict[str, Any] | Rendered:
         """Run tool `name`; raises ToolError or ActivatorError for anything the model should hear about."""
+        if name in _AGENT_TOOLS:
+            return await run_agent_session_tool(self._activator, owner, parse(_AGENT_TOOLS[name], arguments, name))
         match name:
             case "createSandbox":
                 return await self._create(owner, parse(CreateSandbox, arguments, name))
@@ -121,7 +142,7 @@ class ControlTools:
 
 
 def _listing(templates: str) -> tuple[types.Tool, ...]:
-    """The five tools, described for a model that knows nothing of this server."""
+    """The tools, described for a model that knows nothing of this server."""
     return (
         _tool(
             "createSandbox",
@@ -160,6 +181,7 @@ def _listing(templates: str) -> tuple[types.Tool, ...]:
             "with a code interpreter also have run_code {code, language}. A paused sandbox is woken first.",
             SandboxExecutor,
         ),
+        *_AGENT_LISTING,
     )
 
 
@@ -173,3 +195,55 @@ def _tool(
 ) -> types.Tool:
     annotations = types.ToolAnnotations(read_only_hint=read_only, destructive_hint=destructive, open_world_hint=False)
     return types.Tool(name=name, description=description, input_schema=input_schema(args), annotations=annotations)
+
+
+_AGENT_LISTING = (
+    _tool(
+        "createAgentSession",
+        "Start a coding-agent session in a sandbox, to delegate a task to a coding agent that works inside it "
+        "(its files, its commands). Agents: mock (built in: it answers, and runs each prompt line `$ <command>` "
+        "as a tool call), and claude, codex, opencode, pi where installed (template coding-agents), with their "
+        "model credentials in `env`. Then promptAgentSession sends it the task and getAgentSessionEvents reads "
+        "what it does. By default the agent asks before acting: answer with replyAgentPermission.",
+        CreateAgentSession,
+    ),
+    _tool(
+        "promptAgentSession",
+        "Send a message (a task, an answer, a correction) to a coding-agent session: it starts a turn that runs "
+        "on in the sandbox, and returns at once with the `offset` to read the turn's events from with "
+        "getAgentSessionEvents. One turn at a time: while one runs, this is refused.",
+        PromptAgentSession,
+    ),
+    _tool(
+        "getAgentSessionEvents",
+        "Read what a coding-agent session did, from an offset: a transcript (messages, reasoning, tool calls "
+        "and their results, permission requests, errors, turns) as text, and the events themselves as JSON. "
+        f"While a turn runs it waits up to waitSeconds (default 30, at most {MAX_WAIT_SECONDS}) for the turn to "
+        "end or to request a permission, so call it again with the returned nextOffset until the turn ended. At "
+        f"most `limit` events (at most {MAX_EVENTS_PAGE}) and about 256 KiB per call; hasMore says there are more.",
+        GetAgentSessionEvents,
+        read_only=True,
+    ),
+    _tool(
+        "replyAgentPermission",
+        "Answer a permission request of a coding-agent session (a permission.requested event, shown as "
+        "PERMISSION REQUESTED in the transcript): once allows this action, always allows it and the like for the "
+        "rest of the session, reject refuses it. Unanswered, a request takes the session's permissionDefault "
+        "(reject) after its permissionTimeoutMs.",
+        ReplyAgentPermission,
+    ),
+    _tool(
+        "listAgentSessions",
+        "The coding-agent sessions of a sandbox, newest first (id, agent, event count, whether a turn runs or "
+        "it ended), and the agents it has (installed or not, and why not).",
+        ListAgentSessions,
+        read_only=True,
+    ),
+    _tool(
+        "terminateAgentSession",
+        "End a coding-agent session: a running turn is cancelled and the agent's processes stop. Its events stay "
+        "readable with getAgentSessionEvents.",
+        TerminateAgentSession,
+        destructive=True,
+    ),
+)

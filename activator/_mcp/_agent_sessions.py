@@ -1,0 +1,349 @@
+"""The coding-agent tools: start a session of a coding agent in a sandbox, prompt it, read its events, answer its
+permission requests, list and terminate sessions, so an orchestrating agent can delegate a task.
+
+They speak the universal session API of the sandbox's agent server (`executor.agent_api`, port 2468): every call
+is one HTTP exchange on a socket of its own from `open_port` (which wakes a paused sandbox, as every tool does),
+with the sandbox's envd access token as the Bearer token that server checks. A problem document it answers with
+becomes a tool error with its `detail` and what to do next (`AgentRefused`).
+
+Reading events can wait: while a turn runs and nothing in the page needs the caller (the turn ended, a permission
+is requested), `getAgentSessionEvents` follows the session's SSE stream from where the page ended, up to
+`waitSeconds`, so a model does not poll. What it returns is bounded: at most `limit` events and about
+`MAX_EVENTS_BYTES` of them, then `hasMore` and the `nextOffset` to go on from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import msgspec
+from msgspec import UNSET
+
+from activator._activator import Activator
+from activator._errors import PortNotOpen
+from activator._mcp._arguments import (
+    CreateAgentSession,
+    GetAgentSessionEvents,
+    ListAgentSessions,
+    PromptAgentSession,
+    ReplyAgentPermission,
+    TerminateAgentSession,
+)
+from activator._mcp._errors import AgentRefused, ExecutorFailed, ToolError, executor_failures
+from activator._mcp._output import Rendered
+from activator._mcp._sandbox import open_port
+from activator._mcp._transcript import render
+from executor.agent_api import (
+    AGENT_PORT,
+    AgentList,
+    CreateSessionRequest,
+    CreateSessionResponse,
+    EventPage,
+    MessageRequest,
+    PermissionReply,
+    Problem,
+    SessionInfo,
+    SessionList,
+    UniversalEvent,
+)
+from pool import envd
+
+__all__ = ["MAX_EVENTS_BYTES", "AgentSessionArgs", "run_agent_session_tool"]
+
+AgentSessionArgs = (
+    CreateAgentSession
+    | PromptAgentSession
+    | GetAgentSessionEvents
+    | ReplyAgentPermission
+    | ListAgentSessions
+    | TerminateAgentSession
+)
+
+MAX_EVENTS_BYTES = 256 * 1024  # of events' JSON per call (at least one event, however large)
+_CALL_DEADLINE = 60.0  # seconds any call may take once connected
+_CREATE_DEADLINE = 180.0  # creating a session starts the agent (a real one is a Node.js program) on a loaded machine
+_MAX_BODY = 64 << 20  # a page of 1000 events with large tool outputs
+_STOPS = frozenset({"turn.ended", "session.ended", "permission.requested", "question.requested"})
+"""Events that end a wait: the caller has something to do (or nothing more will come this turn)."""
+_HINTS = {
+    "session_not_found": "listAgentSessions shows the sandbox's sessions; createAgentSession starts one",
+    "session_already_exists": "use it (promptAgentSession), or create a session with another sessionId",
+    "conflict": "a turn is running: read its events (getAgentSessionEvents waits for it) and prompt when it ended",
+    "unsupported_agent": "listAgentSessions lists the agents this sandbox knows",
+    "agent_not_installed": "listAgentSessions says which agents are installed (the coding-agents template has "
+    "them all); mock is always there",
+    "agent_process_exited": "the agent's stderr is in the message; check its env (credentials, base URL) and retry",
+    "token_invalid": "the sandbox's access token was refused; recreate the sandbox",
+}
+_T = TypeVar("_T")
+
+
+class _AgentPort:
+    """The coding-agent server of one owner's sandbox."""
+
+    def __init__(self, activator: Activator, owner: str, sandbox_id: str) -> None:
+        self._activator = activator
+        self._owner = owner
+        self._sandbox_id = sandbox_id
+        self._token = activator.get(owner, sandbox_id).access_token  # SandboxNotFound before anything else
+
+    async def call(
+        self, method: str, path: str, body: msgspec.Struct | None = None, *, deadline: float = _CALL_DEADLINE
+    ) -> bytes:
+        """One exchange; the body of a 2xx answer, AgentRefused for a problem, ExecutorFailed for anything else."""
+        what = f"{method} {path.split('?', 1)[0]}"
+        headers = self._headers("application/json")
+        payload = b""
+        if body is not None:
+            payload = msgspec.json.encode(body)
+            headers["Content-Type"] = "application/json"
+        sock = await self._connect()
+        try:
+            with executor_failures():
+                async with (
+                    asyncio.timeout(deadline),
+                    envd.exchange(sock, method, path, headers, payload) as response,
+                ):
+                    data = await response.read(_MAX_BODY)
+        except TimeoutError as exc:
+            raise ExecutorFailed(f"the coding-agent server did not answer {what} within {deadline:g} s") from exc
+        if response.status >= 300:
+            raise _refused(response.status, data, what)
+        return data
+
+    async def decoded(self, kind: type[_T], method: str, path: str) -> _T:
+        data = await self.call(method, path)
+        try:
+            return msgspec.json.decode(data, type=kind)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ExecutorFailed(
+                f"the coding-agent server answered {method} {path} with something else: {exc}"
+            ) from exc
+
+    async def follow(self, path: str) -> AsyncGenerator[bytes, None]:
+        """The `data` of each frame of the SSE stream at `path`, as they come (heartbeats count as activity)."""
+        sock = await self._connect()
+        with executor_failures():
+            async with envd.exchange(sock, "GET", path, self._headers("text/event-stream")) as response:
+                if response.status >= 300:
+                    raise _refused(response.status, await response.read(1 << 20), f"GET {path.split('?', 1)[0]}")
+                buffer = b""
+                async for chunk in response.chunks():
+                    self._activator.touch(self._sandbox_id)  # the agent works: the idle policy must not pause it
+                    buffer += chunk
+                    while (end := buffer.find(b"\n\n")) >= 0:
+                        frame, buffer = buffer[:end], buffer[end + 2 :]
+                        data = [line[5:].strip() for line in frame.split(b"\n") if line.startswith(b"data:")]
+                        if data:
+                            yield b"\n".join(data)
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        headers = {"Host": f"localhost:{AGENT_PORT}", "Accept": accept}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+    async def _connect(self) -> socket.socket:
+        try:
+            return await open_port(self._activator, self._owner, self._sandbox_id, AGENT_PORT)
+        except PortNotOpen as exc:
+            raise ToolError(
+                f"the sandbox's coding-agent server does not answer on port {AGENT_PORT} (its executor may predate "
+                "it, or be restarting); retry, or create a new sandbox"
+            ) from exc
+
+
+async def run_agent_session_tool(activator: Activator, owner: str, args: AgentSessionArgs) -> dict[str, Any] | Rendered:
+    """Run one coding-agent tool for `owner`."""
+    port = _AgentPort(activator, owner, args.sandbox_id)
+    match args:
+        case CreateAgentSession():
+            return await _create(port, args)
+        case PromptAgentSession():
+            return await _prompt(port, args)
+        case GetAgentSessionEvents():
+            return await _events(port, args)
+        case ReplyAgentPermission():
+            path = f"{_session(args.session_id)}/permissions/{quote(args.permission_id, safe='')}/reply"
+            await port.call("POST", path, PermissionReply(args.reply))
+            return {"sandboxId": args.sandbox_id, "sessionId": args.session_id, "permissionId": args.permission_id,
+                    "reply": args.reply}  # fmt: skip
+        case ListAgentSessions():
+            return await _list(port, args)
+        case TerminateAgentSession():
+            await port.call("POST", f"{_session(args.session_id)}/terminate")
+            return {"sandboxId": args.sandbox_id, "sessionId": args.session_id, "terminated": True}
+
+
+async def _create(port: _AgentPort, args: CreateAgentSession) -> dict[str, Any]:
+    session_id = args.session_id if args.session_id is not UNSET else f"session-{secrets.token_hex(4)}"
+    request = CreateSessionRequest(
+        agent=args.agent,
+        agent_mode=_given(args.agent_mode),
+        permission_mode=_given(args.permission_mode),
+        model=_given(args.model),
+        directory=_given(args.directory),
+        env=args.env,
+        permission_timeout_ms=args.permission_timeout_ms,
+        permission_default=args.permission_default,
+    )
+    data = await port.call("POST", _session(session_id), request, deadline=_CREATE_DEADLINE)
+    created = msgspec.json.decode(data, type=CreateSessionResponse)
+    if not created.healthy:
+        detail = created.error.detail if created.error is not None else "no reason given"
+        raise AgentRefused(f"the {args.agent} agent did not start a session: {detail}", "agent_process_exited")
+    return {
+        "sandboxId": args.sandbox_id,
+        "sessionId": session_id,
+        "agent": args.agent,
+        "nativeSessionId": created.native_session_id,
+        "next": "promptAgentSession with this sessionId, then getAgentSessionEvents",
+    }
+
+
+async def _prompt(port: _AgentPort, args: PromptAgentSession) -> dict[str, Any]:
+    before = await port.decoded(SessionInfo, "GET", _session(args.session_id))
+    await port.call("POST", f"{_session(args.session_id)}/messages", MessageRequest(args.message))
+    return {
+        "sandboxId": args.sandbox_id,
+        "sessionId": args.session_id,
+        "accepted": True,
+        "offset": before.event_count,
+        "next": f"getAgentSessionEvents with offset {before.event_count}: it waits for the turn to end or to ask "
+        "for a permission",
+    }
+
+
+async def _events(port: _AgentPort, args: GetAgentSessionEvents) -> Rendered:
+    path = _session(args.session_id)
+    page = await port.decoded(EventPage, "GET", f"{path}/events?offset={args.offset}&limit={args.limit}")
+    events = _bounded(page.events)
+    info = await port.decoded(SessionInfo, "GET", path)
+    waits = args.wait_seconds > 0 and info.turn_active and not info.ended
+    if waits and len(events) == len(page.events) and not page.has_more and not any(e.type in _STOPS for e in events):
+        events += await _follow(port, f"{path}/events/sse?offset={args.offset + len(events)}", args, events)
+        info = await port.decoded(SessionInfo, "GET", path)
+    next_offset = args.offset + len(events)
+    has_more = info.event_count > next_offset
+    pending = _pending(events)
+    structured: dict[str, Any] = {
+        "sandboxId": args.sandbox_id,
+        "sessionId": args.session_id,
+        "events": msgspec.to_builtins(events),
+        "nextOffset": next_offset,
+        "hasMore": has_more,
+        "turnActive": info.turn_active,
+        "ended": info.ended,
+    }
+    if pending:
+        structured["pendingPermissions"] = pending
+    footer = _footer(next_offset, has_more, info, pending)
+    return Rendered(structured, render(structured["events"], next_offset=next_offset, footer=footer))
+
+
+async def _follow(
+    port: _AgentPort, path: str, args: GetAgentSessionEvents, before: list[UniversalEvent]
+) -> list[UniversalEvent]:
+    """The events the SSE stream at `path` brings within `waitSeconds`, up to a stop event or the page's bounds."""
+    followed: list[UniversalEvent] = []
+    size = sum(_size(event) for event in before)
+    try:
+        async with asyncio.timeout(args.wait_seconds):
+            async with aclosing(port.follow(path)) as frames:  # closed (and its socket) when we stop reading
+                async for data in frames:
+                    try:
+                        event = msgspec.json.decode(data, type=UniversalEvent)
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        raise ExecutorFailed(f"the session's event stream sent something else: {exc}") from exc
+                    size += _size(event)
+                    if (before or followed) and size > MAX_EVENTS_BYTES:
+                        break
+                    followed.append(event)
+                    if event.type in _STOPS or len(before) + len(followed) >= args.limit:
+                        break
+    except TimeoutError:
+        pass  # waited long enough: what came is the answer (nothing is lost: nextOffset is after it)
+    return followed
+
+
+def _bounded(events: list[UniversalEvent]) -> list[UniversalEvent]:
+    """The first events of `events` whose JSON fits `MAX_EVENTS_BYTES` (the first one in any case)."""
+    size = 0
+    for index, event in enumerate(events):
+        size += _size(event)
+        if index and size > MAX_EVENTS_BYTES:
+            return events[:index]
+    return events
+
+
+def _size(event: UniversalEvent) -> int:
+    return len(msgspec.json.encode(event))
+
+
+def _pending(events: list[UniversalEvent]) -> list[str]:
+    """The permissions requested in `events` that are not resolved in them."""
+    requested = [str(e.data.get("permission_id")) for e in events if e.type == "permission.requested"]
+    resolved = {str(e.data.get("permission_id")) for e in events if e.type == "permission.resolved"}
+    return [permission for permission in requested if permission not in resolved]
+
+
+def _footer(next_offset: int, has_more: bool, info: SessionInfo, pending: list[str]) -> str:
+    """What the page means for the caller's next step."""
+    where = f"nextOffset {next_offset}"
+    if has_more:
+        return f"{where}; more events are there: call getAgentSessionEvents again with offset {next_offset}"
+    if info.ended:
+        return f"{where}; the session has ended"
+    if pending:
+        return f"{where}; the agent waits for replyAgentPermission on {', '.join(pending)}"
+    if info.turn_active:
+        return f"{where}; the turn is still running: call getAgentSessionEvents again with offset {next_offset}"
+    return f"{where}; no turn is running: send the next message with promptAgentSession"
+
+
+def _list_agents(agents: AgentList) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = []
+    for agent in agents.agents:
+        entry: dict[str, Any] = {"id": agent.id, "installed": agent.installed}
+        if agent.version:
+            entry["version"] = agent.version
+        entry["credentialsAvailable"] = agent.credentials_available
+        if agent.reason:
+            entry["reason"] = agent.reason
+        listed.append(entry)
+    return listed
+
+
+async def _list(port: _AgentPort, args: ListAgentSessions) -> dict[str, Any]:
+    sessions = await port.decoded(SessionList, "GET", "/v1/sessions")
+    agents = await port.decoded(AgentList, "GET", "/v1/agents")
+    return {
+        "sandboxId": args.sandbox_id,
+        "sessions": msgspec.to_builtins(sessions.sessions),
+        "agents": _list_agents(agents),
+    }
+
+
+def _refused(status: int, body: bytes, what: str) -> ToolError:
+    """The agent server's answer as a tool error: its problem's detail, and what to do about it."""
+    try:
+        problem = msgspec.json.decode(body, type=Problem)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ExecutorFailed(f"the coding-agent server answered {what} with HTTP {status}: {body[:300]!r}")
+    kind = problem.type.rsplit(":", 1)[-1]
+    hint = _HINTS.get(kind)
+    return AgentRefused(f"{problem.detail}" + (f". {hint}" if hint else ""), kind)
+
+
+def _session(session_id: str) -> str:
+    return f"/v1/sessions/{quote(session_id, safe='')}"
+
+
+def _given(value: str | msgspec.UnsetType) -> str | None:
+    return None if isinstance(value, msgspec.UnsetType) else value
