@@ -19,7 +19,7 @@ import pytest
 from tests.server_fixtures import REPO, RunningServer
 
 SKILLS = REPO / "skills"
-NAMES = ("e2b", "e2b-sandbox", "e2b-code-interpreter", "ai-deploy", "computer-use")
+NAMES = ("e2b", "e2b-sandbox", "e2b-code-interpreter", "ai-deploy", "computer-use", "coding-agents")
 _RUNNERS = {"sh": ["bash", "-euo", "pipefail"], "bash": ["bash", "-euo", "pipefail"], "python": [sys.executable]}
 _BLOCK = re.compile(r"^(?P<marker><!--.*?-->\n)?```(?P<lang>\w+)\n(?P<code>.*?)^```$", re.MULTILINE | re.DOTALL)
 _FRONTMATTER = re.compile(r"\A---\nname: (?P<name>.+)\ndescription: (?P<description>.+)\n---\n")
