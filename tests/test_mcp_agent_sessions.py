@@ -26,6 +26,7 @@ from tests.test_mcp_server import AGENT_SESSION_TOOLS, call, connect, create, fa
 
 pytestmark = pytest.mark.anyio
 
+WAIT = 120  # seconds a read may wait for the mock's turn: generous, so that a loaded machine cannot fail it
 VALID: dict[str, dict[str, Any]] = {  # arguments besides sandboxId that pass the schemas
     "createAgentSession": {},
     "promptAgentSession": {"sessionId": "s", "message": "m"},
@@ -141,7 +142,9 @@ async def test_a_delegated_command_runs_once_its_permission_is_granted(
     assert sent["accepted"] is True
     reader = Reader(server, sandbox_id, "delegate", sent["offset"])
 
-    asked = await reader.until("permission.requested")
+    # one call is enough: it waits while the turn runs until the agent asks (the bound only limits a failure)
+    first = await reader.read(waitSeconds=WAIT)
+    [asked] = [event for event in first["events"] if event["type"] == "permission.requested"]
     permission_id = asked["data"]["permission_id"]
     assert permission_id == "perm_1"
     assert reader.last["pendingPermissions"] == [permission_id]
@@ -150,6 +153,9 @@ async def test_a_delegated_command_runs_once_its_permission_is_granted(
     assert reader.texts[-1].endswith(f"the agent waits for replyAgentPermission on {permission_id}")
     assert "user: $ echo hi > /tmp/x.txt" in reader.text
     assert not await in_sandbox(sandbox_id, lambda sbx: sbx.files.exists("/tmp/x.txt"))  # nothing ran yet
+    idle = await reader.read(waitSeconds=1)  # nothing comes while the agent waits: the wait ends empty-handed
+    assert (idle["events"], idle["nextOffset"], idle["turnActive"]) == ([], first["nextOffset"], True)
+    assert reader.texts[-1].startswith(f"(no events after offset {first['nextOffset']})\n--\n")
 
     busy = await call(server, "promptAgentSession", {"sandboxId": sandbox_id, "sessionId": "delegate", "message": "x"})
     assert "a turn is already running in this session" in failed(busy)
@@ -162,9 +168,10 @@ async def test_a_delegated_command_runs_once_its_permission_is_granted(
         )
     )
     assert replied == {"sandboxId": sandbox_id, "sessionId": "delegate", "permissionId": permission_id, "reply": "once"}
-    ended = await reader.until("turn.ended")
-    assert ended["data"]["phase"] == "completed"
-    assert (reader.last["turnActive"], reader.last["hasMore"]) == (False, False)
+    done = await reader.read(waitSeconds=WAIT)  # again one call, until the turn ended
+    assert done["events"][-1]["type"] == "turn.ended"
+    assert done["events"][-1]["data"]["phase"] == "completed"
+    assert (done["turnActive"], done["hasMore"]) == (False, False)
 
     types = [event["type"] for event in reader.events]
     assert types.index("permission.requested") < types.index("permission.resolved") < types.index("turn.ended")

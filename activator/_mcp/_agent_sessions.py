@@ -225,8 +225,9 @@ async def _events(port: _AgentPort, args: GetAgentSessionEvents) -> Rendered:
     page = await port.decoded(EventPage, "GET", f"{path}/events?offset={args.offset}&limit={args.limit}")
     events = _bounded(page.events)
     info = await port.decoded(SessionInfo, "GET", path)
-    waits = args.wait_seconds > 0 and info.turn_active and not info.ended
-    if waits and len(events) == len(page.events) and not page.has_more and not any(e.type in _STOPS for e in events):
+    # Wait only when the page is all there is (not cut by limit, size or hasMore) and nothing in it needs the caller.
+    whole = len(events) == len(page.events) < args.limit and not page.has_more
+    if args.wait_seconds > 0 and info.turn_active and not info.ended and whole and not _stops(events):
         events += await _follow(port, f"{path}/events/sse?offset={args.offset + len(events)}", args, events)
         info = await port.decoded(SessionInfo, "GET", path)
     next_offset = args.offset + len(events)
@@ -270,6 +271,10 @@ async def _follow(
     except TimeoutError:
         pass  # waited long enough: what came is the answer (nothing is lost: nextOffset is after it)
     return followed
+
+
+def _stops(events: list[UniversalEvent]) -> bool:
+    return any(event.type in _STOPS for event in events)
 
 
 def _bounded(events: list[UniversalEvent]) -> list[UniversalEvent]:
