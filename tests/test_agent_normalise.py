@@ -95,3 +95,29 @@ def test_status_updates_become_status_items_and_unknown_updates_are_unparsed_not
     ]
     [(kind, data)] = normaliser.update({"sessionUpdate": "something_new"})
     assert kind == "agent.unparsed"
+
+
+def test_text_outside_a_turn_is_a_message_completed_at_once_not_one_the_turn_continues() -> None:
+    normaliser = Normaliser()
+    banner = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "pi v1.6.0\n---\n"}}
+    before = normaliser.update(banner)  # Pi's start-up banner, sent after session/new
+    assert [kind for kind, _ in before] == ["item.started", "item.delta", "item.completed"]
+    assert before[-1][1]["item"]["content"][0]["text"] == "pi v1.6.0\n---\n"
+    normaliser.user_message("Create hello.txt please")
+    reply = normaliser.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "DONE."}})
+    assert [kind for kind, _ in reply] == ["item.started", "item.delta"]
+    (_, done), *_ = normaliser.close_open()
+    assert done["item"]["content"][0]["text"] == "DONE."
+    assert done["item"]["item_id"] != before[0][1]["item"]["item_id"]
+
+
+def test_a_tool_calls_title_follows_its_updates() -> None:
+    normaliser = Normaliser()
+    normaliser.user_message("Create hello.txt please")
+    normaliser.update({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "bash", "kind": "execute"})
+    command = "printf 'hello' > hello.txt"
+    normaliser.update({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": command, "rawInput": {}})
+    [(_, called), *_] = normaliser.update(
+        {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed", "rawOutput": {"output": "x"}}
+    )
+    assert (called["item"]["kind"], called["item"]["title"]) == ("tool_call", command)

@@ -3,7 +3,10 @@
 `Normaliser.update()` takes one `session/update` of the agent and returns the events it means, as
 (type, data) pairs; the session numbers and stores them. State per session: the open
 assistant message and reasoning items (deltas go to them; a tool call or the turn's end completes
-them) and the tool calls by ACP id (their result completes them and adds a `tool_result` item).
+them), the tool calls by ACP id (their result completes them and adds a `tool_result` item), and
+whether a turn runs (from `user_message()` to `close_open()`). Text an agent sends outside a turn
+(Pi's start-up banner after session/new) is a message item completed at once, so that no item
+outlives the turn it was started in, nor starts before its turn.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Normaliser:
         self._open: dict[str, dict[str, Any]] = {}  # "message" | "reasoning" -> the open item
         self._tools: dict[str, dict[str, Any]] = {}  # ACP toolCallId -> its tool_call item
         self._terminal: dict[str, str] = {}  # ACP toolCallId -> output streamed in `_meta.terminal_output` (Pi)
+        self._in_turn = False
 
     def item(self, kind: str, role: str | None, content: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """A new item; `itm_<n>` ids count per session."""
@@ -50,11 +54,17 @@ class Normaliser:
         self._next_item = max(self._next_item, items)
 
     def user_message(self, text: str) -> list[Emitted]:
+        """The turn's prompt: a turn starts."""
+        self._in_turn = True
         item = self.item("message", "user", [{"type": "text", "text": text}], status="completed")
         return [("item.started", {"item": item}), ("item.completed", {"item": item})]
 
     def close_open(self) -> list[Emitted]:
-        """Complete the open message and reasoning items (a tool call or the turn's end)."""
+        """The turn's end: complete the open message and reasoning items."""
+        self._in_turn = False
+        return self._complete_open()
+
+    def _complete_open(self) -> list[Emitted]:
         done = [("item.completed", {"item": item | {"status": "completed"}}) for item in self._open.values()]
         self._open.clear()
         return done
@@ -91,10 +101,12 @@ class Normaliser:
             events.append(("item.started", {"item": copy.deepcopy(item)}))  # the open item grows with each delta
         item["content"][0]["text"] += text
         events.append(("item.delta", {"item_id": item["item_id"], "native_item_id": None, "delta": text}))
+        if not self._in_turn:
+            events += self._complete_open()
         return events
 
     def _tool_call(self, body: dict[str, Any]) -> list[Emitted]:
-        events = self.close_open()
+        events = self._complete_open()
         call_id = str(body.get("toolCallId", ""))
         call = {"type": "tool_call", "name": _tool_name(body), "arguments": _arguments(body), "call_id": call_id}
         item = self.item("tool_call", "assistant", [call], native_item_id=call_id, title=body.get("title"))
@@ -111,6 +123,8 @@ class Normaliser:
             return self._tool_call(body | {"status": None}) + self._tool_update(body)
         if body.get("rawInput"):
             item["content"][0]["arguments"] = _arguments(body)
+        if isinstance(body.get("title"), str):  # OpenCode names the tool first, then shows its command
+            item["title"] = body["title"]
         streamed = ((body.get("_meta") or {}).get("terminal_output") or {}).get("data")
         if isinstance(streamed, str):
             self._terminal[call_id] = self._terminal.get(call_id, "") + streamed
