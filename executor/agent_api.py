@@ -258,6 +258,8 @@ class SessionInfo(_Camel):
     directory: str | None = None
     native_session_id: str | None = None
     turn_active: bool = False
+    pending_permissions: list[str] = []
+    """The ids of the permission requests waiting for a reply."""
 
 
 class SessionList(_Camel):

@@ -72,6 +72,7 @@ def test_an_approved_tool_call_runs_and_its_events_come_in_order(client: httpx.C
     asked = wait_session_event(client, session_id, "permission.requested")[-1]
     permission_id = asked["data"]["permission_id"]
     assert asked["data"]["action"] == "Run `echo made > made.txt`"
+    assert client.get(f"/v1/sessions/{session_id}").json()["pendingPermissions"] == [permission_id]
     assert not (tmp_path / "made.txt").exists()
     assert (
         client.post(f"/v1/sessions/{session_id}/permissions/{permission_id}/reply", json={"reply": "once"}).status_code
@@ -79,6 +80,7 @@ def test_an_approved_tool_call_runs_and_its_events_come_in_order(client: httpx.C
     )
     events = wait_session_event(client, session_id, "turn.ended")
     assert (tmp_path / "made.txt").read_text() == "made\n"
+    assert "pendingPermissions" not in client.get(f"/v1/sessions/{session_id}").json()  # none left
     assert [event["sequence"] for event in events] == list(range(1, len(events) + 1))
     types = _types(events)
     assert types[0] == "session.started"

@@ -134,6 +134,7 @@ class Session:
             directory=options.directory,
             native_session_id=self.record.native_session_id,
             turn_active=self.turn_active,
+            pending_permissions=list(self._pending),
         )
 
     # The life of the agent behind the session.
