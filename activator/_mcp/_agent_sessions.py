@@ -227,12 +227,13 @@ async def _events(port: _AgentPort, args: GetAgentSessionEvents) -> Rendered:
     info = await port.decoded(SessionInfo, "GET", path)
     # Wait only when the page is all there is (not cut by limit, size or hasMore) and nothing in it needs the caller.
     whole = len(events) == len(page.events) < args.limit and not page.has_more
-    if args.wait_seconds > 0 and info.turn_active and not info.ended and whole and not _stops(events):
+    waiting_for_caller = bool(info.pending_permissions) or _stops(events)
+    if args.wait_seconds > 0 and info.turn_active and not info.ended and whole and not waiting_for_caller:
         events += await _follow(port, f"{path}/events/sse?offset={args.offset + len(events)}", args, events)
         info = await port.decoded(SessionInfo, "GET", path)
     next_offset = args.offset + len(events)
     has_more = info.event_count > next_offset
-    pending = _pending(events)
+    pending = info.pending_permissions  # the server's: also those requested before this page
     structured: dict[str, Any] = {
         "sandboxId": args.sandbox_id,
         "sessionId": args.session_id,
@@ -289,13 +290,6 @@ def _bounded(events: list[UniversalEvent]) -> list[UniversalEvent]:
 
 def _size(event: UniversalEvent) -> int:
     return len(msgspec.json.encode(event))
-
-
-def _pending(events: list[UniversalEvent]) -> list[str]:
-    """The permissions requested in `events` that are not resolved in them."""
-    requested = [str(e.data.get("permission_id")) for e in events if e.type == "permission.requested"]
-    resolved = {str(e.data.get("permission_id")) for e in events if e.type == "permission.resolved"}
-    return [permission for permission in requested if permission not in resolved]
 
 
 def _footer(next_offset: int, has_more: bool, info: SessionInfo, pending: list[str]) -> str:
