@@ -2,7 +2,7 @@
 
 `Body` hands out request body bytes as they arrive; `Response` writes a status line, headers and a
 body with a Content-Length or chunked, one chunk per `write()`. Both talk to their connection only
-through `Wire`, the four calls they need from it.
+through `Wire`, the calls they need from it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class Wire(Protocol):
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
+
+    def upgraded(self) -> Body | None: ...
 
 
 class Body:
@@ -199,6 +201,24 @@ class Response:
             lines.append("connection: close")
         self.started = True
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def upgrade(self, headers: tuple[tuple[str, str], ...]) -> Body:
+        """Answer `101 Switching Protocols` and return the connection's bytes from here on (a request with
+        `Upgrade` only). `write_raw` then writes to it; the connection closes when the handler returns."""
+        stream = self._connection.upgraded()
+        if stream is None:
+            raise RuntimeError("upgrade() of a request that asked for none")
+        lines = ["HTTP/1.1 101 Switching Protocols", *(f"{name}: {value}" for name, value in headers)]
+        self._connection.write_raw(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        self.started = self.finished = True
+        self.keep_alive = False
+        await self._connection.drain()
+        return stream
+
+    async def write_raw(self, data: bytes) -> None:
+        """Bytes as they are, after `upgrade()`."""
+        self._connection.write_raw(data)
+        await self._connection.drain()
 
     async def write(self, data: bytes) -> None:
         """Send part of the body; as its own chunk when chunked, so it is flushed now."""

@@ -5,7 +5,8 @@ for each one in turn on a single worker task (so pipelined requests are answered
 Request bodies reach the handler as they arrive (`Body`), Content-Length or chunked; the socket is
 paused while too much is buffered. Responses go out with a Content-Length or chunked, one chunk per
 `write()` (streaming RPCs depend on it), and `write()` waits while the transport asked us to pause.
-A client that disconnects cancels its handler. Header size is bounded; garbage gets a 400.
+A client that disconnects cancels its handler. Header size is bounded; garbage gets a 400. After a
+request with `Upgrade`, the bytes that follow are the handler's (`Response.upgrade()`, for WebSockets).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._close_after_worker = False
         self._lost = False
+        self._upgraded: Body | None = None  # the raw bytes after an Upgrade request's head
 
     # asyncio.Protocol
 
@@ -70,11 +72,20 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if self._upgraded is not None:
+            self._upgraded.feed(data)
+            return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._close_after_worker = True  # protocol switches are not supported: answer, then close
+        except httptools.HttpParserUpgrade as exc:
+            # What follows the request's head belongs to the new protocol: the handler takes it with
+            # `Response.upgrade()` (a WebSocket), or answers over HTTP; the connection closes after it either way.
+            self._close_after_worker = True
             self.on_message_complete()
+            self._upgraded = Body(self, False)
+            offset = exc.args[0] if exc.args and isinstance(exc.args[0], int) else len(data)
+            if data[offset:]:
+                self._upgraded.feed(data[offset:])
         except httptools.HttpParserError as exc:  # also wraps what our callbacks raise
             if self._header_bytes > MAX_HEADER_BYTES:
                 self._reject(431, f"request headers are larger than {MAX_HEADER_BYTES} bytes")
@@ -89,6 +100,8 @@ class Connection(asyncio.Protocol):
         self._lost = True
         if self._body is not None:
             self._body.lose()
+        if self._upgraded is not None:
+            self._upgraded.lose()
         for request, _ in self._pending:
             request.body.lose()
         if self._worker is not None:
@@ -140,6 +153,9 @@ class Connection(asyncio.Protocol):
             self._body = None
 
     # used by Body and Response
+
+    def upgraded(self) -> Body | None:
+        return self._upgraded
 
     def write_raw(self, data: bytes) -> None:
         if self._transport is not None and not self._lost:
