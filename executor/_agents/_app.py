@@ -58,7 +58,7 @@ class AgentApp:
         self._defaults = defaults
         launcher = Launcher(defaults, path_env, state_dir, agents_dir)
         self._launcher = launcher
-        self._installer = Installer(launcher)
+        self._installer = Installer(launcher, table)
         self.hub = AcpHub(table, launcher)
         acp = AcpRoutes(self.hub)
         self.sessions = Sessions(self.hub, state_dir)

@@ -5,7 +5,8 @@ agent's place, so a failed reinstall leaves the old one working. Their commands 
 which the catalog searches before the sandbox's PATH. `agentProcessVersion` replaces the version of the
 ACP adapter (the first package), `agentVersion` that of the agent's CLI (the last; with one package
 both name it and must agree). npm runs as root with the sandbox's environment and PATH (its proxy and
-registry settings included), for at most `INSTALL_SECONDS`; one install per agent at a time.
+registry settings included), for at most `INSTALL_SECONDS`; one install per agent at a time. It is a process
+of the executor's table (envd lists it), whose reaper collects its exit status.
 
 Answers are upstream's: `{already_installed, artifacts}`, or 500 `install_failed` with npm's stderr
 tail in `details.stderr` (no npm here, no way to the registry, a version that does not exist).
@@ -17,10 +18,13 @@ import asyncio
 import os
 import re
 import shutil
+import signal
 
 from executor._agents._catalog import MOCK_PATH, AgentKind, resolve
 from executor._agents._launch import Launcher
 from executor._process_env import environment
+from executor._processes import Exit, ProcessTable
+from executor._spawn import Spec
 from executor._users import lookup
 from executor.agent_api import InstallArtifact, InstallRequest, InstallResponse
 
@@ -40,8 +44,9 @@ class InstallFailed(Exception):
 
 
 class Installer:
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: Launcher, table: ProcessTable) -> None:
         self._launcher = launcher
+        self._table = table
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def install(self, kind: AgentKind, request: InstallRequest) -> InstallResponse:
@@ -71,26 +76,39 @@ class Installer:
         await asyncio.to_thread(_clear, staging)
         env = environment(self._launcher.defaults, path_env, lookup("root"), {})
         argv = [npm, "install", "--global", "--prefix", staging, "--no-audit", "--no-fund", "--loglevel=error"]
-        process = await asyncio.create_subprocess_exec(
-            *argv, *packages, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        try:
-            async with asyncio.timeout(INSTALL_SECONDS):
-                _, stderr = await process.communicate()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        spec = Spec(argv=[*argv, *packages], env=env, cwd="/", user=lookup("root"), tag=f"install-{kind.id}")
+        exit_code, tail = await self._run(spec)
+        if exit_code is None:
             await asyncio.to_thread(_clear, staging)
-            raise InstallFailed(f"npm install of {' '.join(packages)} ran past {INSTALL_SECONDS:.0f} s") from None
-        tail = stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
-        if process.returncode != 0:
+            raise InstallFailed(f"npm install of {' '.join(packages)} ran past {INSTALL_SECONDS:.0f} s", tail)
+        if exit_code != 0:
             await asyncio.to_thread(_clear, staging)
-            raise InstallFailed(f"npm install of {' '.join(packages)} failed (exit {process.returncode})", tail)
+            raise InstallFailed(f"npm install of {' '.join(packages)} failed (exit {exit_code})", tail)
         await asyncio.to_thread(_replace, staging, target)
         if resolve(kind, self._launcher.search_path(kind.id)) is None:
             missing = ", ".join(kind.commands)
             raise InstallFailed(f"npm installed {' '.join(packages)} but {missing} did not appear", tail)
+
+    async def _run(self, spec: Spec) -> tuple[int | None, str]:
+        """npm's exit code (None past `INSTALL_SECONDS`) and its stderr tail; run through the executor's process
+        table, whose reaper is the one that collects every child's exit status."""
+        process = self._table.start(spec)
+        subscription = process.subscribe()
+        stderr = bytearray()
+        try:
+            async with asyncio.timeout(INSTALL_SECONDS):
+                while True:
+                    item = await subscription.next()
+                    if isinstance(item, Exit):
+                        return item.exit_code, _tail(stderr)
+                    if item.stream == "stderr":
+                        stderr += item.data
+                        del stderr[:-STDERR_TAIL_BYTES]
+        except TimeoutError:
+            process.signal(signal.SIGKILL)
+            return None, _tail(stderr)
+        finally:
+            subscription.close()
 
     def _artifacts(self, kind: AgentKind, packages: tuple[str, ...]) -> list[InstallArtifact]:
         search = self._launcher.search_path(kind.id)
@@ -120,6 +138,10 @@ def _packages(kind: AgentKind, request: InstallRequest) -> tuple[str, ...]:
         name = packages[index].rpartition("@")[0]
         packages[index] = f"{name}@{version}"
     return tuple(packages)
+
+
+def _tail(stderr: bytearray) -> str:
+    return bytes(stderr[-STDERR_TAIL_BYTES:]).decode("utf-8", "replace")
 
 
 def _clear(path: str) -> None:
