@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -171,6 +172,8 @@ class Bench:
     client: httpx.Client
     model: ScriptedModel
     agents_dir: Path
+    path: str
+    """The sandbox's PATH (with Node.js), which each session also gives its agent, as a user may."""
     installed: dict[str, float] = field(default_factory=dict)
     """Agent id -> seconds its install took."""
     sessions: int = 0
@@ -203,7 +206,7 @@ class Bench:
         """A new session of the agent working in `work`; its id."""
         self.sessions += 1
         session_id = f"{agent.id}-{self.sessions}"
-        env = {"SCRIPTED_API_KEY": API_KEY, "OPENAI_API_KEY": API_KEY}
+        env = {"SCRIPTED_API_KEY": API_KEY, "OPENAI_API_KEY": API_KEY, "PATH": self.path}
         body = {"agent": agent.id, "directory": str(work), "env": env} | agent.session
         created = self.client.post(f"/v1/sessions/{session_id}", json=body)
         assert created.status_code == 200, created.text
@@ -239,7 +242,8 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
         server.client() as client,
     ):
         client.timeout = httpx.Timeout(900)  # an install from a cold npm cache
-        yield Bench(server, client, model, agents_dir)
+        yield Bench(server, client, model, agents_dir, path)
+    shutil.rmtree(agents_dir)  # 700 MB; pytest keeps the last runs' temporary directories
 
 
 def _items(events: list[dict[str, Any]], kind: str, of: str) -> list[tuple[int, dict[str, Any]]]:

@@ -2,8 +2,10 @@
 
 The agent runs as the sandbox's default user with envd's environment (the sandbox's env vars from
 /init), then the agent's quiet settings, then what the session adds (its model credentials and base
-URLs). As root, Claude Code needs `IS_SANDBOX=1`. Values of variables whose names say they are
-secrets are replaced in anything logged (the stderr tail an exit reports).
+URLs). The agent's install directory stays first on PATH, a session's own PATH after it: an adapter
+runs the CLI installed beside it (pi-acp runs `pi`). As root, Claude Code needs `IS_SANDBOX=1`.
+Values of variables whose names say they are secrets are replaced in anything logged (the stderr
+tail an exit reports).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class Launcher:
         user = lookup(self.defaults.user)
         env = environment(self.defaults, self.search_path(agent), user, {})
         env |= QUIET_ENV | kind.env | extra_env
+        if "PATH" in extra_env:  # the session's PATH, after the agent's own commands (pi-acp runs `pi` from there)
+            env["PATH"] = search_path(self.agents_dir, extra_env["PATH"], agent)
         if user.uid == 0:
             env["IS_SANDBOX"] = "1"
         if kind.id == "mock":
