@@ -37,6 +37,7 @@ import httpx
 import pytest
 
 from tests.agent_fixtures import AgentServer, node_bin, run_agent_server, session_events, wait_session_event
+from tests.polling import wait_for
 from tests.scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.timeout(1200)  # a cold npm install of an agent, then its turns, on a loaded machine
@@ -184,10 +185,6 @@ class Bench:
             return
         started = time.monotonic()
         answer = self.client.post(f"/v1/agents/{agent.id}/install", json={})
-        retries = 0
-        while _lost_exit_status(answer) and retries < LOST_EXIT_RETRIES:
-            retries += 1
-            answer = self.client.post(f"/v1/agents/{agent.id}/install", json={})
         assert answer.status_code == 200, answer.text
         assert answer.json()["already_installed"] is False
         self.installed[agent.id] = time.monotonic() - started
@@ -197,8 +194,7 @@ class Bench:
         assert self.client.get(f"/v1/agents/{agent.id}").json()["installed"] is True
         files = {(s.st_dev, s.st_ino): s.st_size for p in (self.agents_dir / agent.id).rglob("*") if (s := p.lstat())}
         size = sum(files.values())  # hard links once, as du counts them
-        took = f"{self.installed[agent.id]:.0f} s ({retries} retried)"
-        print(f"installed {agent.id}: {took}, {size / 2**20:.0f} MiB")  # for the log (-s)
+        print(f"installed {agent.id}: {self.installed[agent.id]:.0f} s, {size / 2**20:.0f} MiB")  # for the log (-s)
         assert self.server.home is not None
         agent.configure(self.server.home, self.model.url)
 
@@ -211,24 +207,6 @@ class Bench:
         created = self.client.post(f"/v1/sessions/{session_id}", json=body)
         assert created.status_code == 200, created.text
         return session_id
-
-
-LOST_EXIT_RETRIES = 8
-
-
-def _lost_exit_status(answer: httpx.Response) -> bool:
-    """An install that npm completed but whose exit status the executor lost.
-
-    `_install.py` waits for npm with asyncio's child watcher while the executor's `Reaper` reaps every
-    child with `waitpid(-1)`; when the reaper wins, asyncio logs "Unknown child process pid …, will report
-    returncode 255" and the install fails though npm said `exit 0`. A known bug of the installer (not of
-    an agent); until it waits through the reaper, such an answer is retried (npm's cache makes it quick).
-    """
-    if answer.status_code != 500:
-        return False
-    problem = answer.json()
-    stderr = (problem.get("details") or {}).get("stderr", "")
-    return str(problem.get("detail", "")).endswith("(exit 255)") and "npm error" not in stderr
 
 
 @pytest.fixture(scope="module")
@@ -333,8 +311,15 @@ def _run(bench: Bench, agent: Agent, work: Path, reply: str) -> tuple[str, list[
     session_id = bench.session(agent, work)
     sent = bench.client.post(f"/v1/sessions/{session_id}/messages", json={"message": agent.prompt})
     assert sent.status_code == 204, sent.text
-    so_far = wait_session_event(bench.client, session_id, "permission.requested", within=TURN_SECONDS)
-    asked = next(event["data"] for event in so_far if event["type"] == "permission.requested")
+
+    def asked_or_ended() -> list[dict[str, Any]] | None:
+        events = session_events(bench.client, session_id)
+        return events if {"permission.requested", "turn.ended"} & {event["type"] for event in events} else None
+
+    so_far = wait_for(asked_or_ended, what=f"a permission request in session {session_id}", within=TURN_SECONDS)
+    requests = [event["data"] for event in so_far if event["type"] == "permission.requested"]
+    assert requests, f"the turn ended without asking: {so_far}"
+    asked = requests[0]
     answered = bench.client.post(
         f"/v1/sessions/{session_id}/permissions/{asked['permission_id']}/reply", json={"reply": reply}
     )
