@@ -6,13 +6,16 @@ agent runs as a tool call, after asking for permission (`session/request_permiss
 session's mode is `bypass`; the command's output goes back as the tool call's result. It also answers
 the `_sandboxagent/agent/list` and `_sandboxagent/agent/install` extension methods that the
 sandbox-agent CLI sends to the mock (its `api agents` subcommands), from `SANDBOX_AGENT_CATALOG`
-(a JSON file the server writes for it). `session/cancel` ends the running prompt with `cancelled`.
+(a JSON file the server writes for it). `session/cancel` ends the running prompt with `cancelled`: the
+command running then is killed with its descendants, and a permission request still open counts as refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +30,8 @@ OUTPUT_LIMIT = 64 * 1024
 _write_lock = threading.Lock()
 _responses: dict[str, dict[str, Any]] = {}
 _response_ready = threading.Condition()
-_cancelled: set[str] = set()
+_cancelled: set[str] = set()  # guarded by _response_ready, which waiters on a permission share
+_running: dict[str, subprocess.Popen[bytes]] = {}  # session id -> its running tool command (same guard)
 MODES = ("normal", "plan", "bypass")
 _modes: dict[str, str] = {}
 
@@ -44,12 +48,13 @@ def update(session_id: str, body: dict[str, Any]) -> None:
 
 
 def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Send a request to the client and wait for its response."""
+    """Send a request to the client and wait for its response (a cancelled outcome once the turn is cancelled)."""
     request_id = f"mock-{uuid.uuid4().hex[:12]}"
+    session_id = params.get("sessionId", "")
     send({"id": request_id, "method": method, "params": params})
     with _response_ready:
-        _response_ready.wait_for(lambda: request_id in _responses)
-        return _responses.pop(request_id)
+        _response_ready.wait_for(lambda: request_id in _responses or session_id in _cancelled)
+        return _responses.pop(request_id, None) or {"result": {"outcome": {"outcome": "cancelled"}}}
 
 
 def stream_text(session_id: str, text: str, kind: str = "agent_message_chunk") -> None:
@@ -74,15 +79,78 @@ def run_tool(session_id: str, call_id: str, command: str, cwd: str) -> None:
             update(session_id, _tool_update(call_id, "failed", "User refused permission to run tool"))
             return
     update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"})
-    try:
-        done = subprocess.run(
-            ["/bin/sh", "-c", command], cwd=cwd, capture_output=True, timeout=TOOL_TIMEOUT_SECONDS, check=False
-        )
-        output = (done.stdout + done.stderr)[:OUTPUT_LIMIT].decode("utf-8", "replace")
-        status = "completed" if done.returncode == 0 else "failed"
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        output, status = str(exc), "failed"
+    output, status = _run_command(session_id, command, cwd)
     update(session_id, _tool_update(call_id, status, output))
+
+
+def _run_command(session_id: str, command: str, cwd: str) -> tuple[str, str]:
+    """The command's output and the tool call's status; a cancel or the timeout kills it and what it started."""
+    try:
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        return str(exc), "failed"
+    with _response_ready:
+        _running[session_id] = child
+        cancelled = session_id in _cancelled
+    if cancelled:
+        _kill_tree(child.pid)
+    try:
+        stdout, stderr = child.communicate(timeout=TOOL_TIMEOUT_SECONDS)
+        ended = ""
+    except subprocess.TimeoutExpired:
+        _kill_tree(child.pid)
+        stdout, stderr = _leftovers(child)
+        ended = f"\n(killed after {TOOL_TIMEOUT_SECONDS} s)"
+    finally:
+        with _response_ready:
+            _running.pop(session_id, None)
+    with _response_ready:
+        if session_id in _cancelled:
+            ended = "\n(cancelled)"
+    output = (stdout + stderr)[:OUTPUT_LIMIT].decode("utf-8", "replace") + ended
+    return output, "completed" if child.returncode == 0 and not ended else "failed"
+
+
+def _leftovers(child: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """What a killed command wrote; nothing if something it started escaped and still holds its pipes."""
+    try:
+        stdout, stderr = child.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.wait()
+        return b"", b""
+    return stdout, stderr
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants (they stay in the agent's process group, which DELETE ends)."""
+    for target in [pid, *_descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
 
 
 def _tool_update(call_id: str, status: str, output: str) -> dict[str, Any]:
@@ -98,7 +166,8 @@ def _tool_update(call_id: str, status: str, output: str) -> dict[str, Any]:
 def prompt(request_id: Any, params: dict[str, Any], cwds: dict[str, str]) -> None:
     session_id = params.get("sessionId", "")
     text = " ".join(part.get("text", "") for part in params.get("prompt", []) if part.get("type") == "text")
-    _cancelled.discard(session_id)
+    with _response_ready:
+        _cancelled.discard(session_id)
     stream_text(session_id, f"Thinking about: {text}", "agent_thought_chunk")
     commands = [line[2:].strip() for line in text.splitlines() if line.startswith("$ ")]
     for index, command in enumerate(commands):
@@ -111,6 +180,16 @@ def prompt(request_id: Any, params: dict[str, Any], cwds: dict[str, str]) -> Non
     stream_text(session_id, f"Mock reply to: {text}" if not commands else f"Ran {len(commands)} command(s).")
     usage = {"inputTokens": len(text.split()), "outputTokens": 5, "totalTokens": len(text.split()) + 5}
     send({"id": request_id, "result": {"stopReason": "end_turn", "usage": usage}})
+
+
+def cancel(session_id: str) -> None:
+    """Cancel the session's turn: its open permission request is refused, its running command killed."""
+    with _response_ready:
+        _cancelled.add(session_id)
+        _response_ready.notify_all()
+        running = _running.get(session_id)
+    if running is not None:
+        _kill_tree(running.pid)
 
 
 def config_options(session_id: str) -> list[dict[str, Any]]:
@@ -163,7 +242,7 @@ def handle(message: dict[str, Any], cwds: dict[str, str]) -> None:
         threading.Thread(target=prompt, args=(request_id, params, cwds), daemon=True).start()
         return
     elif method == "session/cancel":
-        _cancelled.add(params.get("sessionId", ""))
+        cancel(params.get("sessionId", ""))
         return
     elif method == "_sandboxagent/agent/list":
         result = catalog()
