@@ -168,6 +168,40 @@ def test_a_tool_call_the_user_refuses_does_not_run(agents: AgentServer, tmp_path
     assert "session/request_permission" in result["eventMethods"]
 
 
+def test_destroying_a_session_while_its_tool_runs_ends_the_turn_and_kills_the_command(
+    agents: AgentServer, tmp_path: Path
+) -> None:
+    marker = tmp_path / "finished.txt"
+    result = _flow(
+        agents,
+        tmp_path,
+        f"$ sleep 300; echo finished > {marker}",  # the shell's command line names the marker
+        mode="bypass",
+        destroyWhenToolRuns=True,
+        steps=["health", "createSession", "prompt", "dispose"],
+        timeoutMs=45_000,  # the mock gives a command 60 s: a turn that waits for it fails here
+    )
+    assert result["destroyedWhileToolRan"].get("done") is True, result["destroyedWhileToolRan"]
+    assert result["stopReason"] == "cancelled"
+    assert result["permissions"] == []  # bypass: nothing asked
+    [call] = result["toolCalls"]
+    assert call["statuses"] == ["pending", "in_progress", "failed"]
+    assert not marker.exists()
+    wait_for(lambda: not _processes_named(str(marker)), what="the cancelled command to be gone")
+
+
+def _processes_named(marker: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
 def _no_cli_servers(agents: AgentServer) -> bool:
     return not [server for server in _acp_servers(agents) if server["serverId"].startswith("cli-ext-")]
 

@@ -24,6 +24,8 @@
 //   logLimit       at most this many entries are kept in http, acpPosts and events (default 500); the number
 //                  left out is reported as <name>Dropped
 //   fsPath, fsContent, processCommand, processArgs   override the fs / process checks
+//   destroyWhenToolRuns  if true, destroySession is called (once, while the prompt is still running) as soon as a
+//                  tool call is reported in_progress; what it did is reported as destroyedWhileToolRan
 //
 // On success it prints {"ok": true, ...} and exits 0. Keys: health, agents [{id, installed, credentialsAvailable}],
 // agentIds, sessionId, session {id, agentSessionId, connectionId, modes?, configOptionIds?}, stopReason, usage?,
@@ -380,6 +382,13 @@ async function main() {
           }
           if (update.title) call.title = update.title;
           if (update.status) call.statuses.push(update.status);
+          if (cfg.destroyWhenToolRuns && update.status === "in_progress" && !observed.destroyedWhileToolRan) {
+            const destroying = (observed.destroyedWhileToolRan = { at_ms: elapsed() });
+            sdk.destroySession(localId).then(
+              () => (destroying.done = true),
+              (err) => (destroying.error = describeError(err).message),
+            );
+          }
         }
       } catch (err) {
         observed.warnings.push(`session event listener failed: ${describeError(err).message}`);
