@@ -91,7 +91,8 @@ def test_claude_installed_from_npm_runs_a_turn_against_the_scripted_model(tmp_pa
         created = client.post("/v1/sessions/claude-1", json={"agent": "claude", "directory": str(work), "env": env})
         assert created.status_code == 200, created.text
         assert client.post("/v1/sessions/claude-1/messages", json={"message": "write the file"}).status_code == 204
-        asked = wait_session_event(client, "claude-1", "permission.requested", within=180)[-1]["data"]
+        events = wait_session_event(client, "claude-1", "permission.requested", within=180)
+        asked = next(event["data"] for event in events if event["type"] == "permission.requested")
         reply = client.post(f"/v1/sessions/claude-1/permissions/{asked['permission_id']}/reply", json={"reply": "once"})
         assert reply.status_code == 204
         events = wait_session_event(client, "claude-1", "turn.ended", within=180)

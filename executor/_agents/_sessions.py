@@ -140,9 +140,9 @@ class Session:
     # The life of the agent behind the session.
 
     async def start(self) -> None:
-        """Start the agent and its native session; `session.started` once it is up."""
-        await self._ensure_agent()
+        """`session.started`, then the agent and its native session (what it says while it sets up comes after)."""
         self.emit("session.started", {"agent": self.record.options.agent}, source="daemon", synthetic=True)
+        await self._ensure_agent()
 
     async def _ensure_agent(self) -> AcpServer:
         async with self._lock:
