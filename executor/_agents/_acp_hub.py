@@ -2,8 +2,9 @@
 
 Both the ACP routes and the universal sessions open servers here (a session's server id is
 `session-<session id>`), so one table knows every agent process. A server's log lives in
-`<state>/acp/<server_id>.jsonl` and goes with it: the ACP generation keeps no history past a close,
-and nothing of it survives the executor (the universal sessions keep their own, durable, logs).
+`<state>/acp/<server_id>.<n>.jsonl` (n counts the servers opened, so a server reopened under the same
+id starts a log of its own) and goes with it: the ACP generation keeps no history past a close, and
+nothing of it survives the executor (the universal sessions keep their own, durable, logs).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class AcpHub:
         self.launcher = launcher
         self._servers: dict[str, AcpServer] = {}
         self._processes: dict[str, AgentProcess] = {}
+        self._opened = 0
         self._directory = os.path.join(launcher.state_dir, "acp")
         shutil.rmtree(self._directory, ignore_errors=True)  # servers of an earlier executor have no process
         os.makedirs(self._directory, mode=0o700)
@@ -65,7 +67,9 @@ class AcpHub:
             raise TooManyServers(f"at most {MAX_SERVERS} agent servers run at once; close one first")
         extra = env or {}
         spec = self.launcher.spec(agent, extra, directory, tag=f"agent:{server_id}")
-        server = AcpServer(server_id, agent, EventLog(os.path.join(self._directory, f"{server_id}.jsonl")))
+        self._opened += 1
+        log = EventLog(os.path.join(self._directory, f"{server_id}.{self._opened}.jsonl"))
+        server = AcpServer(server_id, agent, log)
         process = AgentProcess(self._table, spec, server.received, lambda end: server.ended(end, process.stderr_tail))
         server.attach(process.send, self.launcher.redactor(extra))
         self._servers[server_id] = server
@@ -79,9 +83,7 @@ class AcpHub:
         if server is None or process is None:
             return False
         await process.stop()
-        if not server.log.closed:
-            server.log.close()
-        os.unlink(server.log.path)
+        server.discard()  # its file stays while a stream still reads it
         return True
 
     async def close_all(self) -> None:

@@ -106,7 +106,8 @@ class AcpRoutes:
         if server is None:
             raise ApiError("session_not_found", 404, f"session not found: {server_id}", sessionId=server_id)
         last = request.headers.get("last-event-id", "0").strip()
-        await follow(response, server.log, int(last) if last.isdigit() else 0, b"message")
+        with server.reading() as log:
+            await follow(response, log, int(last) if last.isdigit() else 0, b"message")
 
     async def delete(self, request: Request, response: Response, server_id: str) -> None:
         await self._hub.close(server_id)

@@ -6,14 +6,18 @@ and responses to the agent's own requests are sent on and answered 202. Everythi
 (its requests, notifications and responses) is appended to the server's log, which the SSE stream
 replays from `Last-Event-ID` and then follows. When the agent exits, `_adapter/agent_exited` (with its
 exit code and the tail of its stderr) is the last event, and requests still waiting fail at once.
+The log's file goes when the hub forgets the server (`discard`), but not before the last SSE stream
+reading it (`reading`) has ended: a stream that lags behind still gets every event and the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from executor._agents._event_log import EventLog
@@ -47,6 +51,8 @@ class AcpServer:
         self._send: Callable[[bytes], Any] | None = None
         self._redact: Callable[[str], str] = str
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._readers = 0
+        self._discarded = False
 
     def attach(self, send: Callable[[bytes], Any], redact: Callable[[str], str]) -> None:
         """Connect the agent's stdin (`send`) and how its stderr is cleaned of secrets before it is logged."""
@@ -56,6 +62,28 @@ class AcpServer:
     @property
     def exited(self) -> bool:
         return self.log.closed
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[EventLog]:
+        """The log, for a stream that reads it; its file stays until the last such stream has ended."""
+        self._readers += 1
+        try:
+            yield self.log
+        finally:
+            self._readers -= 1
+            self._remove_unread()
+
+    def discard(self) -> None:
+        """The server is gone: close its log and remove the file now, or once the last stream is done with it."""
+        if not self.log.closed:
+            self.log.close()
+        self._discarded = True
+        self._remove_unread()
+
+    def _remove_unread(self) -> None:
+        if self._discarded and self._readers == 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.log.path)
 
     async def request(self, message: dict[str, Any], timeout: float) -> bytes:  # noqa: ASYNC109 - the wait is ours
         """Send a client request and return the agent's response (raw JSON)."""
