@@ -552,6 +552,49 @@ def test_the_terminal_websocket_is_not_served(client: httpx.Client) -> None:
     _problem(client.get("/v1/processes/proc_999999/terminal/ws"), 404, "not_found")
 
 
+# ---- the ACP servers' log files --------------------------------------------------------------------------------
+
+
+def test_an_acp_stream_that_lags_behind_a_delete_still_gets_every_event_and_the_end(
+    client: httpx.Client, agents: AgentServer
+) -> None:
+    acp = {"Content-Type": "application/json", "Accept": "application/json"}
+
+    def rpc(body: dict[str, Any], query: str = "") -> dict[str, Any]:
+        answer = client.post(f"/v1/acp/lagging{query}", json={"jsonrpc": "2.0", **body}, headers=acp)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()["result"]
+        return result
+
+    rpc({"id": 0, "method": "initialize", "params": {"protocolVersion": 1}}, "?agent=mock")
+    session_id = rpc({"id": 1, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}})["sessionId"]
+    # Far more events than the kernel buffers between the server and a client that does not read (tcp_wmem's
+    # maximum plus the receive window), so the stream is still being written when the server is deleted.
+    send_buffer = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    words = max(30_000, 3 * send_buffer // 100)  # two events (thought and reply) of about 200 bytes per 3 words
+    text = " ".join(f"w{n}" for n in range(words))
+    prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+    assert rpc({"id": 2, "method": "session/prompt", "params": prompt})["stopReason"] == "end_turn"
+
+    ids: list[int] = []
+    last: dict[str, Any] = {}
+    with (
+        agents.client() as other,
+        client.stream("GET", "/v1/acp/lagging", headers={"Accept": "text/event-stream"}) as stream,
+    ):
+        lines = stream.iter_lines()
+        assert next(lines) == "event: message"  # the stream runs; from here on nothing reads it for a while
+        assert other.delete("/v1/acp/lagging").status_code == 204
+        for line in lines:
+            if line.startswith("id: "):
+                ids.append(int(line[4:]))
+            elif line.startswith("data: "):
+                last = json.loads(line[6:])
+    assert ids == list(range(1, len(ids) + 1))
+    assert len(ids) > 2 * words // 3
+    assert last["method"] == "_adapter/agent_exited"  # the stream ended as a stream of a closed server ends
+
+
 # ---- /v1/desktop ------------------------------------------------------------------------------------------------
 
 
