@@ -293,6 +293,11 @@ def test_config_entries_are_stored_by_name_in_the_directory(
     _problem(client.put(route, params=where("bad"), content=b"{}", headers=OCTETS), 415, "unsupported_media_type")
     _problem(client.get(route, params=where("bad")), 404, "session_not_found")  # no refused PUT was stored
 
+    (tmp_path / ".sandbox-agent" / "config" / f"{kind}.json.tmp").mkdir()  # where the new file is written first
+    unwritable = _problem(client.put(route, params=where("third"), json={}), 400, "invalid_request")
+    assert f"{kind}.json" in unwritable["detail"]
+    assert client.get(route, params=where("second")).json() == {"other": True}  # the stored file is intact
+
 
 # ---- /v1/processes ----------------------------------------------------------------------------------------------
 

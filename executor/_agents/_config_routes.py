@@ -16,6 +16,7 @@ from typing import Any
 
 from executor._agents._http import ApiError, read_json, send_json
 from executor._defaults import Defaults
+from executor._errors import os_errors
 from executor._exchange import Request, Response
 from executor._paths import ensure_dirs, resolve
 from executor._users import lookup
@@ -82,7 +83,8 @@ class ConfigRoutes:
         user = lookup(self._defaults.user)
         ensure_dirs(os.path.dirname(path), user.uid, user.gid)
         temporary = f"{path}.tmp"
-        with open(temporary, "w") as file:
-            json.dump(entries, file, indent=2)
-        os.chown(temporary, user.uid, user.gid)
-        os.replace(temporary, path)
+        with os_errors(f"error writing '{path}'"):
+            with open(temporary, "w") as file:
+                json.dump(entries, file, indent=2)
+            os.chown(temporary, user.uid, user.gid)
+            os.replace(temporary, path)
