@@ -150,9 +150,9 @@ def _modified(info: os.stat_result) -> str:
 def _read_bytes(path: str) -> bytes:
     if not os.path.isfile(path):
         raise ApiError("invalid_request", 400, f"path not found: {path}")
-    if os.path.getsize(path) > MAX_FILE_BYTES:
-        raise ApiError("payload_too_large", 413, f"{path} is larger than {MAX_FILE_BYTES} bytes: use envd's /files")
     with os_errors(f"error reading '{path}'"), open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size > MAX_FILE_BYTES:
+            raise ApiError("payload_too_large", 413, f"{path} is larger than {MAX_FILE_BYTES} bytes: use envd's /files")
         return file.read()
 
 
@@ -190,7 +190,8 @@ def _within(path: str, directory: str) -> bool:
 def _stat(path: str) -> FsStat:
     if not os.path.lexists(path):
         raise ApiError("invalid_request", 400, f"path not found: {path}")
-    info = os.stat(path) if os.path.exists(path) else os.lstat(path)
+    with os_errors(f"error reading the status of '{path}'"):
+        info = os.stat(path) if os.path.exists(path) else os.lstat(path)
     return FsStat(path, _kind(info), info.st_size, _modified(info))
 
 
