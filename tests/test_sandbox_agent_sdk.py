@@ -230,6 +230,20 @@ def test_the_cli_reports_each_agents_modes_and_models(agents: AgentServer, tmp_p
     wait_for(lambda: _no_cli_servers(agents), what="the CLI's ACP server to be deleted")
 
 
+def test_the_cli_install_fails_saying_which_route_installs(agents: AgentServer, tmp_path: Path) -> None:
+    _require_sdk()
+    done = subprocess.run(
+        [str(CLI), "api", "agents", "install", "claude", "-e", agents.url, "-t", str(agents.token)],
+        env=os.environ | {"HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+    )
+    assert done.returncode == 1  # not a success that prints an error
+    assert "POST /v1/agents/claude/install" in done.stderr
+    wait_for(lambda: _no_cli_servers(agents), what="the CLI's ACP server to be deleted")
+
+
 def test_the_cli_is_refused_without_the_token(agents: AgentServer, tmp_path: Path) -> None:
     _require_sdk()
     done = subprocess.run(

@@ -5,9 +5,10 @@ with streamed text that echoes it. A line of the prompt that starts with `$ ` is
 agent runs as a tool call, after asking for permission (`session/request_permission`) unless the
 session's mode is `bypass`; the command's output goes back as the tool call's result. It also answers
 the `_sandboxagent/agent/list` and `_sandboxagent/agent/install` extension methods that the
-sandbox-agent CLI sends to the mock (its `api agents` subcommands), from `SANDBOX_AGENT_CATALOG`
-(a JSON file the server writes for it). `session/cancel` ends the running prompt with `cancelled`: the
-command running then is killed with its descendants, and a permission request still open counts as refused.
+sandbox-agent CLI sends to the mock (its `api agents` subcommands): the list from `SANDBOX_AGENT_CATALOG`
+(a JSON file the server writes for it), an install with an error naming the route that installs.
+`session/cancel` ends the running prompt with `cancelled`: the command running then is killed with
+its descendants, and a permission request still open counts as refused.
 """
 
 from __future__ import annotations
@@ -247,7 +248,10 @@ def handle(message: dict[str, Any], cwds: dict[str, str]) -> None:
     elif method == "_sandboxagent/agent/list":
         result = catalog()
     elif method == "_sandboxagent/agent/install":
-        result = {"error": "the mock agent installs nothing: use POST /v1/agents/{agent}/install"}
+        named = params.get("agent") or "<agent>"
+        detail = f"the CLI cannot install through the mock agent: POST /v1/agents/{named}/install does"
+        send({"id": request_id, "error": {"code": -32603, "message": detail}})
+        return
     elif request_id is None:
         return  # an unknown notification
     else:
