@@ -551,12 +551,6 @@ def test_a_tty_process_is_resized_and_takes_input_on_its_pty(client: httpx.Clien
     _problem(client.post(f"{process}/terminal/resize", json={"cols": 80, "rows": 24}), 409, "conflict")  # exited
 
 
-def test_the_terminal_websocket_is_not_served(client: httpx.Client) -> None:
-    created = client.post("/v1/processes", json={"command": "true"}).json()
-    _problem(client.get(f"/v1/processes/{created['id']}/terminal/ws"), 501, "not_implemented")
-    _problem(client.get("/v1/processes/proc_999999/terminal/ws"), 404, "not_found")
-
-
 # ---- the ACP servers' log files --------------------------------------------------------------------------------
 
 
