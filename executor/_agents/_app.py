@@ -139,6 +139,8 @@ class AgentApp:
         if token is None:
             return True
         given = request.headers.get("authorization", "")
+        if not given and request.path.endswith("/terminal/ws"):  # a browser's WebSocket cannot set headers
+            given = f"Bearer {request.query.get('access_token', '')}"
         return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
     def _route(self, request: Request) -> tuple[Handler, dict[str, str]]:

@@ -110,7 +110,9 @@ OPERATIONS: dict[str, Operation] = {
     ),
     "POST /v1/processes/{process_id}/input": Operation("Write to the process's stdin or PTY", InputRequest, dict),
     "POST /v1/processes/{process_id}/terminal/resize": Operation("Resize the PTY", ResizeRequest, dict),
-    "GET /v1/processes/{process_id}/terminal/ws": Operation("Terminal WebSocket: not served (501)", status=501),
+    "GET /v1/processes/{process_id}/terminal/ws": Operation(
+        "The terminal over a WebSocket (token in ?access_token=)", status=101, query=("access_token",)
+    ),
     "GET /v1/desktop/status": Operation("Whether this sandbox has a desktop", response=dict),
     "GET /v1/sessions": Operation("Every session, newest first", response=SessionList),
     "POST /v1/sessions/{session_id}": Operation(

@@ -9,7 +9,7 @@
                                                 encoding: "base64"}]}; ?follow=true with Accept: text/event-stream → SSE
     POST     /v1/processes/{id}/input           {data, encoding: base64 (default) | utf8} → {bytesWritten}
     POST     /v1/processes/{id}/terminal/resize {cols, rows}; 409 once the process has exited
-    GET      /v1/processes/{id}/terminal/ws     501: this server speaks no WebSocket yet (use envd's PTY RPCs)
+    GET      /v1/processes/{id}/terminal/ws     the terminal over a WebSocket (`_terminal`)
 
 The processes are the executor's (`ProcessTable`): envd's `commands.list()` sees them too, and they end
 with the sandbox. Each keeps at most `maxLogBytesPerProcess` of output (the oldest goes first; sequence
@@ -94,7 +94,7 @@ class ProcessInfo(msgspec.Struct, rename="camel"):
     exited_at_ms: int | None = None
 
 
-class _Tracked:
+class Tracked:
     """A process started here: its info and its output log."""
 
     def __init__(self, info: ProcessInfo, process: Process, log_limit: int) -> None:
@@ -104,7 +104,7 @@ class _Tracked:
         self._bytes = 0
         self._limit = log_limit
         self._sequence = 0
-        self.changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []  # one per follower: each is woken, none can miss it
         self.done = asyncio.Event()
         self.collector: asyncio.Task[None] | None = None  # held here: the loop keeps only weak references to tasks
 
@@ -119,13 +119,31 @@ class _Tracked:
         self._bytes += len(data)
         while self._bytes > self._limit and len(self.entries) > 1:
             self._bytes -= len(self.entries.pop(0)[3])
-        self.changed.set()
+        self._wake()
 
     def finish(self, end: Exit) -> None:
         self.info.status, self.info.exit_code = "exited", end.exit_code
         self.info.exited_at_ms = int(time.time() * 1000)
         self.done.set()
-        self.changed.set()
+        self._wake()
+
+    async def wait(self, after: int, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Until there is output after sequence `after` or the process has exited; TimeoutError past `timeout`."""
+        if self._sequence > after or self.done.is_set():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class ProcessRoutes:
@@ -134,7 +152,7 @@ class ProcessRoutes:
         self._table = table
         self._path_env = path_env
         self._config = ProcessConfig()
-        self._tracked: dict[str, _Tracked] = {}
+        self._tracked: dict[str, Tracked] = {}
         self._next = 0
 
     def _spec(
@@ -216,7 +234,7 @@ class ProcessRoutes:
             f"proc_{self._next}", body.command, body.args, body.tty, body.interactive, "user", "running",
             process.pid, int(time.time() * 1000), spec.cwd,
         )  # fmt: skip
-        tracked = _Tracked(info, process, self._config.max_log_bytes_per_process)
+        tracked = Tracked(info, process, self._config.max_log_bytes_per_process)
         self._tracked[info.id] = tracked
         subscription = process.subscribe()
         tracked.collector = asyncio.get_running_loop().create_task(_collect(tracked, subscription))
@@ -227,17 +245,17 @@ class ProcessRoutes:
         found = [t.info for t in self._tracked.values() if owner in (None, "", t.info.owner)]
         await send_json(response, 200, {"processes": found})
 
-    def _find(self, process_id: str) -> _Tracked:
+    def find(self, process_id: str) -> Tracked:
         tracked = self._tracked.get(process_id)
         if tracked is None:
             raise ApiError("not_found", 404, f"process not found: {process_id}")
         return tracked
 
     async def get(self, request: Request, response: Response, process_id: str) -> None:
-        await send_json(response, 200, self._find(process_id).info)
+        await send_json(response, 200, self.find(process_id).info)
 
     async def delete(self, request: Request, response: Response, process_id: str) -> None:
-        tracked = self._find(process_id)
+        tracked = self.find(process_id)
         if tracked.info.status == "running":
             tracked.process.signal(signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
@@ -252,7 +270,7 @@ class ProcessRoutes:
         await self._signal(request, response, process_id, signal.SIGKILL)
 
     async def _signal(self, request: Request, response: Response, process_id: str, number: int) -> None:
-        tracked = self._find(process_id)
+        tracked = self.find(process_id)
         if tracked.info.status == "running":
             tracked.process.signal(number)
             wait_ms = request.query.get("waitMs", "")
@@ -262,7 +280,7 @@ class ProcessRoutes:
         await send_json(response, 200, tracked.info)
 
     async def logs(self, request: Request, response: Response, process_id: str) -> None:
-        tracked = self._find(process_id)
+        tracked = self.find(process_id)
         stream = request.query.get("stream", "combined")
         if stream not in ("stdout", "stderr", "combined", "pty"):
             raise ApiError("invalid_request", 400, "stream must be stdout, stderr, combined or pty")
@@ -287,7 +305,7 @@ class ProcessRoutes:
     async def _follow(
         self,
         response: Response,
-        tracked: _Tracked,
+        tracked: Tracked,
         stream: str,
         backlog: list[tuple[int, str, int, bytes]],
         horizon: int,
@@ -296,25 +314,22 @@ class ProcessRoutes:
         await start_sse(response)
         for entry in backlog:
             await response.write(_frame(entry))
-        last = horizon
+        seen = horizon
         while True:
-            tracked.changed.clear()  # before looking: what arrives while the frames are written sets it again
-            new = [e for e in tracked.entries if e[0] > last and stream in ("combined", e[1])]
-            for entry in new:
+            upto = tracked.last_sequence
+            for entry in [e for e in tracked.entries if seen < e[0] <= upto and stream in ("combined", e[1])]:
                 await response.write(_frame(entry))
-                last = entry[0]
-            if tracked.done.is_set() and not new:
+            seen = upto
+            if tracked.done.is_set() and tracked.last_sequence == seen:
                 break
-            if new:
-                continue
             try:
-                await asyncio.wait_for(tracked.changed.wait(), HEARTBEAT_SECONDS)
+                await tracked.wait(seen, HEARTBEAT_SECONDS)
             except TimeoutError:
                 await response.write(b": heartbeat\n\n")
         await response.end()
 
     async def input(self, request: Request, response: Response, process_id: str) -> None:
-        tracked = self._find(process_id)
+        tracked = self.find(process_id)
         body = await read_json(request, InputRequest)
         if body.encoding in (None, "base64"):
             try:
@@ -335,7 +350,7 @@ class ProcessRoutes:
         await send_json(response, 200, {"bytesWritten": len(data)})
 
     async def resize(self, request: Request, response: Response, process_id: str) -> None:
-        tracked = self._find(process_id)
+        tracked = self.find(process_id)
         body = await read_json(request, ResizeRequest)
         if tracked.info.status != "running" or not tracked.process.has_pty:
             raise ApiError("conflict", 409, "PTY resize handle unavailable")
@@ -343,10 +358,9 @@ class ProcessRoutes:
         await send_json(response, 200, {"cols": body.cols, "rows": body.rows})
 
     async def terminal(self, request: Request, response: Response, process_id: str) -> None:
-        self._find(process_id)
-        raise ApiError(
-            "not_implemented", 501, "the terminal WebSocket is not served yet: use /input and /logs, or envd's PTY"
-        )
+        from executor._agents._terminal import serve_terminal
+
+        await serve_terminal(request, response, self.find(process_id))
 
 
 def _append(outputs: dict[str, bytearray], truncated: dict[str, bool], item: Output, limit: int) -> None:
@@ -357,7 +371,7 @@ def _append(outputs: dict[str, bytearray], truncated: dict[str, bool], item: Out
     outputs[name] += item.data[: max(room, 0)]
 
 
-async def _collect(tracked: _Tracked, subscription: Subscription) -> None:
+async def _collect(tracked: Tracked, subscription: Subscription) -> None:
     while True:
         item = await subscription.next()
         if isinstance(item, Exit):
