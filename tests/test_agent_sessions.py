@@ -19,7 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent_fixtures import AgentServer, read_sse, run_agent_server, session_events, wait_session_event
+from tests.agent_fixtures import (
+    AgentServer,
+    processes_with,
+    read_sse,
+    run_agent_server,
+    session_events,
+    wait_session_event,
+)
 from tests.polling import wait_for
 
 
@@ -173,7 +180,7 @@ def test_terminate_resolves_what_is_pending_stops_the_agent_and_refuses_more(
     client.post(f"/v1/sessions/{session_id}/messages", json={"message": f"$ touch {marker}"})
     wait_session_event(client, session_id, "permission.requested")
     native = client.get(f"/v1/sessions/{session_id}").json()["nativeSessionId"]
-    assert _processes_with(marker)  # the agent, given the session's env
+    assert processes_with(marker, "environ")  # the agent, given the session's env
     assert client.post(f"/v1/sessions/{session_id}/terminate").status_code == 204
     assert client.post(f"/v1/sessions/{session_id}/terminate").status_code == 204  # idempotent
     events = session_events(client, session_id)
@@ -187,7 +194,7 @@ def test_terminate_resolves_what_is_pending_stops_the_agent_and_refuses_more(
     later = client.post(f"/v1/sessions/{session_id}/messages", json={"message": "hello?"})
     assert "terminated" in _problem(later, 400, "invalid_request")["detail"]
     assert not (tmp_path / marker).exists()
-    assert not _processes_with(marker)
+    assert not processes_with(marker, "environ")
     assert all(server["serverId"] != f"session-{session_id}" for server in client.get("/v1/acp").json()["servers"])
     assert len(session_events(client, session_id)) == len(events)  # nothing is logged after session.ended
 
@@ -319,19 +326,6 @@ def test_a_second_executor_on_the_same_state_serves_the_same_log_and_goes_on_fro
     assert (work / "seen.txt").read_text() == "s3cr3t-value\n"
 
 
-def _processes_with(marker: str, where: str = "environ") -> list[int]:
-    """The processes whose environment (or `cmdline`) holds `marker`."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{name}/{where}").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
 def test_after_the_executor_is_killed_a_new_one_serves_the_log_and_marks_the_cut_turn(tmp_path: Path) -> None:
     state, work = tmp_path / "state", tmp_path / "work"
     work.mkdir()
@@ -340,9 +334,9 @@ def test_after_the_executor_is_killed_a_new_one_serves_the_log_and_marks_the_cut
         client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ sleep 30"})
         before = wait_session_event(client, session_id, "permission.requested")
         port = first.url.rsplit(":", 1)[1]
-        (executor,) = [pid for pid in _processes_with(f"--agent-port\0{port}\0", "cmdline")]
+        (executor,) = [pid for pid in processes_with(f"--agent-port\0{port}\0")]
         os.kill(executor, signal.SIGKILL)
-        wait_for(lambda: not _processes_with(f"--agent-port\0{port}\0", "cmdline"), what="the executor to die")
+        wait_for(lambda: not processes_with(f"--agent-port\0{port}\0"), what="the executor to die")
     with run_agent_server(state) as second, second.client() as client:
         after = session_events(client, session_id)
         assert after[: len(before)] == before  # the same events at the same offsets
