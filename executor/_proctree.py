@@ -12,7 +12,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ("STOPPED_STATES", "Descendant", "descendants", "send")
+__all__ = ("STOPPED_STATES", "Descendant", "alive", "descendants", "send")
 
 STOPPED_STATES = frozenset("TtZX")
 """States in which a process can no longer run or fork: stopped, traced-stopped, zombie, dead."""
@@ -40,6 +40,12 @@ def descendants(root: int) -> list[Descendant]:
         found.append(process)
         queue.extend(children.get(process.pid, ()))
     return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie has ended: only its exit status is left to reap)."""
+    process = _stat(pid)
+    return process is not None and process.state not in ("Z", "X")
 
 
 def send(pid: int, number: int) -> None:

@@ -73,8 +73,9 @@ ERROR_TITLES = {
     "payload_too_large": "Payload Too Large",
     "not_implemented": "Not Implemented",
     "desktop_runtime_inactive": "Desktop Runtime Inactive",
+    "internal_error": "Internal Error",
 }
-"""sandbox-agent's error kinds (its `ErrorType`, plus the two our limits and refusals need) and their titles."""
+"""sandbox-agent's error kinds (its `ErrorType`, plus the three our limits, refusals and own failures need)."""
 
 
 class Problem(msgspec.Struct, omit_defaults=True):

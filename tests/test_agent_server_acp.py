@@ -204,9 +204,7 @@ def test_delete_answers_at_once_and_ends_the_agents_whole_process_group(client: 
         client.post("/v1/acp/teardown", json=prompt, headers=JSON_HEADERS).status_code == 202
     )  # a notification: no wait
     wait_for(lambda: processes_with(marker), what="the tool's sleep to start")
-    started = time.monotonic()
-    assert client.delete("/v1/acp/teardown").status_code == 204
-    assert time.monotonic() - started < 5  # upstream's never returns; the benchmark measures ours
+    assert client.delete("/v1/acp/teardown").status_code == 204  # upstream's never returns
     assert not processes_with(marker)
     assert client.delete("/v1/acp/teardown").status_code == 204  # an unknown id too
     assert all(server["serverId"] != "teardown" for server in client.get("/v1/acp").json()["servers"])

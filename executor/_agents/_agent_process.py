@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 
 from executor._processes import Exit, Output, Process, ProcessTable
-from executor._proctree import descendants, send
+from executor._proctree import alive, descendants, send
 from executor._spawn import Spec
 
 __all__ = ("MAX_LINE_BYTES", "STDERR_TAIL_BYTES", "AgentProcess")
@@ -65,14 +65,19 @@ class AgentProcess:
         await self._process.write_input(line + b"\n", to_pty=False)
 
     async def stop(self) -> None:
-        """End the agent and everything it started; returns once it is reaped (at most about a second)."""
+        """End the agent and everything it started; returns once they have died (milliseconds; 1.5 s at most)."""
         if self.exit is None:
             self._signal_all(signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exited.wait(), STOP_GRACE_SECONDS)
+        killed = self._tree()
         self._signal_all(signal.SIGKILL)  # its descendants too, even once the agent itself is gone
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._exited.wait(), STOP_GRACE_SECONDS)
+        for _ in range(round(STOP_GRACE_SECONDS / 0.01)):  # SIGKILL is not instant: wait until they have died
+            if not any(alive(pid) for pid in killed):  # (no event tells of a grandchild's death)
+                break
+            await asyncio.sleep(0.01)
 
     def _signal_all(self, number: int) -> None:
         if self.exit is None:

@@ -128,9 +128,7 @@ class AgentApp:
                 await send_problem(response, exc.problem)
         except ExecutorError as exc:  # envd's path and file rules, raised by the shared helpers
             if not response.started:
-                await send_problem(
-                    response, problem(_KINDS.get(exc.status, "invalid_request"), exc.status, exc.message)
-                )
+                await send_problem(response, problem(_kind(exc.status), exc.status, exc.message))
 
     def _authorized(self, request: Request) -> bool:
         import hmac
@@ -197,7 +195,15 @@ class AgentApp:
         await send_json(response, 200, next(info for info in listing.agents if info.id == agent))
 
 
-_KINDS = {401: "token_invalid", 403: "permission_denied", 404: "not_found", 409: "conflict", 413: "payload_too_large"}
+_KINDS = {
+    401: "token_invalid", 403: "permission_denied", 404: "not_found", 409: "conflict", 413: "payload_too_large",
+    501: "not_implemented", 504: "timeout",
+}  # fmt: skip
+
+
+def _kind(status: int) -> str:
+    """The error kind of an envd-rules error (raised by the helpers the agent routes share with envd)."""
+    return _KINDS.get(status, "invalid_request" if status < 500 else "internal_error")
 
 
 def _flag(request: Request, name: str) -> bool:

@@ -10,6 +10,7 @@ with the reason they cannot run here. `mock` is builtin: `mock.py` run by the ex
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -38,8 +39,13 @@ def _caps(flags: str) -> AgentCapabilities:
 
 
 def _select(option_id: str, category: str, current: str, *values: str) -> ConfigOption:
-    options = [ConfigOptionValue(value, value.replace("-", " ").title()) for value in values]
+    options = [ConfigOptionValue(value, _title(value)) for value in values]
     return ConfigOption(option_id, option_id.replace("_", " ").title(), category, current, options)  # type: ignore[arg-type]
+
+
+def _title(value: str) -> str:
+    """A value's display name: "acceptEdits" → "Accept Edits", "read-only" → "Read Only"."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", value).replace("-", " ").title()
 
 
 @dataclass(frozen=True)
