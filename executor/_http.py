@@ -94,6 +94,8 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self._close_after_worker = True
+        if self._upgraded is not None:  # the peer of a WebSocket is gone: its reader sees the end
+            self._upgraded.finish()
         return self._worker is not None  # keep the write side open to finish the response
 
     def connection_lost(self, exc: Exception | None) -> None:

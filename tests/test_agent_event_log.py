@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from executor._agents._event_log import EventLog
+
+REPOSITORY = Path(__file__).parent.parent
 
 
 def test_records_are_numbered_from_one_and_read_after_any_sequence(tmp_path: Path) -> None:
@@ -63,3 +67,25 @@ def test_a_waiting_reader_wakes_for_a_new_record_and_for_the_close(tmp_path: Pat
         assert log.closed
 
     asyncio.run(scenario())
+
+
+def test_a_write_past_a_file_size_limit_leaves_the_log_whole(tmp_path: Path) -> None:
+    """A record that does not fit (disk full, RLIMIT_FSIZE) is taken back: the records before it read as they were,
+    and the next one lands after them (in a child, so the limit is not this process's)."""
+    script = f"""
+import resource, signal
+from executor._agents._event_log import EventLog
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+log = EventLog({str(tmp_path / "events.jsonl")!r})
+log.append(b'{{"n":1}}')
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))
+try:
+    log.append(b'{{"pad":"' + b"b" * 200 + b'"}}')
+except OSError as exc:
+    print("refused", exc.errno)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(log.append(b'{{"n":2}}'), log.read(0))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPOSITORY)
+    assert done.stdout.splitlines() == ["refused 27", "2 [b'{\"n\":1}', b'{\"n\":2}']"]
+    assert EventLog(str(tmp_path / "events.jsonl")).read(0) == [b'{"n":1}', b'{"n":2}']

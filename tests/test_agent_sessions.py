@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -220,8 +221,6 @@ def test_events_page_by_offset_and_the_stream_starts_at_any_offset(client: httpx
         time.sleep(0.5)
         client.post(f"/v1/sessions/{session_id}/messages", json={"message": "live"})
 
-    import threading
-
     threading.Thread(target=second_turn).start()
     offset = len(everything)
     live = read_sse(
@@ -348,3 +347,53 @@ def test_after_the_executor_is_killed_a_new_one_serves_the_log_and_marks_the_cut
         events = wait_session_event(client, session_id, "turn.ended", count=2)
         assert events[-1]["data"]["phase"] == "completed"
         assert [event["sequence"] for event in events] == list(range(1, len(events) + 1))
+
+
+def test_numbers_that_are_not_plain_decimals_are_a_400_not_a_500(client: httpx.Client, tmp_path: Path) -> None:
+    session_id = _create(client, tmp_path)
+    for offset in ("²", "1" * 5000, "-1", "1.5"):
+        _problem(client.get(f"/v1/sessions/{session_id}/events", params={"offset": offset}), 400, "invalid_request")
+
+
+def test_messages_racing_a_terminate_start_no_agent_that_outlives_the_session(
+    agents: AgentServer, tmp_path: Path
+) -> None:
+    """Messages sent while a terminate waits for the running turn to end: none may start a new agent."""
+    marker = f"race-{uuid.uuid4().hex}"
+    with agents.client() as client:
+        session_id = _create(client, tmp_path, env={"TEST_MARKER": marker}, permissionMode="bypass")
+        client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ sleep 5"})
+        terminated = threading.Event()
+        statuses: list[int] = []
+
+        def send() -> None:
+            with agents.client() as other:
+                while not terminated.is_set():
+                    statuses.append(
+                        other.post(f"/v1/sessions/{session_id}/messages", json={"message": "hi"}).status_code
+                    )
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        assert client.post(f"/v1/sessions/{session_id}/terminate").status_code == 204
+        terminated.set()
+        sender.join(30)
+        assert set(statuses) <= {400, 409}  # a turn runs, then the session is ending: never accepted
+        wait_for(lambda: not processes_with(marker, "environ"), what="no agent of the terminated session")
+        assert all(server["serverId"] != f"session-{session_id}" for server in client.get("/v1/acp").json()["servers"])
+
+
+def test_a_relative_directory_is_the_same_for_the_agent_and_its_tools(agents: AgentServer) -> None:
+    assert agents.home is not None
+    (agents.home / "proj").mkdir(exist_ok=True)
+    with agents.client() as client:
+        session_id = f"s-{uuid.uuid4().hex[:10]}"
+        created = client.post(
+            f"/v1/sessions/{session_id}", json={"agent": "mock", "directory": "proj", "permissionMode": "bypass"}
+        )
+        assert created.status_code == 200, created.text
+        client.post(f"/v1/sessions/{session_id}/messages", json={"message": "$ pwd"})
+        events = wait_session_event(client, session_id, "turn.ended")
+    (result,) = _kinds(events, "tool_result")
+    assert result["status"] == "completed"
+    assert result["content"][0]["output"] == f"{agents.home / 'proj'}\n"

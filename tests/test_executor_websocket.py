@@ -87,3 +87,23 @@ async def test_a_plain_request_on_the_same_server_gets_http() -> None:
 
 def test_the_accept_key_is_the_rfcs_example() -> None:
     assert accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+async def test_a_peer_that_closes_its_side_ends_the_handler() -> None:
+    """Half-closed by the client (FIN, no close frame): the handler's receive ends, and so does the connection."""
+    async with _server() as address:
+        host, port = address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 ")
+        writer.write_eof()
+        async with asyncio.timeout(10):
+            rest = await reader.read()  # returns once the server has closed the connection
+        assert rest == b""
+        writer.close()
+        await writer.wait_closed()

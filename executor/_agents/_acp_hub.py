@@ -9,6 +9,7 @@ nothing of it survives the executor (the universal sessions keep their own, dura
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -63,7 +64,7 @@ class AcpHub:
                     f"server '{server_id}' already exists for agent '{existing.agent}'; requested '{agent}'"
                 )
             return existing
-        if len(self._servers) >= MAX_SERVERS:
+        if sum(not running.exited for running in self._servers.values()) >= MAX_SERVERS:  # the dead stay for DELETE
             raise TooManyServers(f"at most {MAX_SERVERS} agent servers run at once; close one first")
         extra = env or {}
         spec = self.launcher.spec(agent, extra, directory, tag=f"agent:{server_id}")
@@ -87,5 +88,4 @@ class AcpHub:
         return True
 
     async def close_all(self) -> None:
-        for server_id in list(self._servers):
-            await self.close(server_id)
+        await asyncio.gather(*(self.close(server_id) for server_id in list(self._servers)))

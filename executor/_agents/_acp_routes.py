@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from executor._agents._acp_hub import SERVER_ID, AcpHub, AgentMismatch, TooManyServers
 from executor._agents._acp_server import AcpServer, AgentExited, PendingConflict
-from executor._agents._http import JSON, ApiError, accepts, follow, read_json, send_json
+from executor._agents._http import JSON, ApiError, accepts, count, follow, read_json, send_json
 from executor._agents._launch import NotInstalled, UnknownAgent
 from executor._errors import ExecutorError
 from executor._exchange import Request, Response
@@ -107,7 +107,7 @@ class AcpRoutes:
             raise ApiError("session_not_found", 404, f"session not found: {server_id}", sessionId=server_id)
         last = request.headers.get("last-event-id", "0").strip()
         with server.reading() as log:
-            await follow(response, log, int(last) if last.isdigit() else 0, b"message")
+            await follow(response, log, count(last) or 0, b"message")
 
     async def delete(self, request: Request, response: Response, server_id: str) -> None:
         await self._hub.close(server_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +25,8 @@ from executor._agents._event_log import EventLog
 from executor._processes import Exit
 
 __all__ = ("AcpServer", "AgentExited", "PendingConflict", "jsonrpc_id_key")
+
+logger = logging.getLogger("executor")
 
 
 class AgentExited(Exception):
@@ -118,8 +121,14 @@ class AcpServer:
                 future = self._pending.get(jsonrpc_id_key(message["id"]))
                 if future is not None and not future.done():
                     future.set_result(line)
-            for listener in self.listeners:
+            self._tell(message)
+
+    def _tell(self, message: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            try:
                 listener(message)
+            except Exception:  # one listener's bug (an odd message) must not keep the others or the reader from it
+                logger.exception("a listener of %s failed on %s", self.server_id, message.get("method", "a response"))
 
     def ended(self, end: Exit, stderr_tail: str) -> None:
         """The agent exited: the last event says how; whoever waits is told."""
@@ -133,6 +142,5 @@ class AcpServer:
             params["stderr"] = self._redact(stderr_tail)
         notice = {"jsonrpc": "2.0", "method": "_adapter/agent_exited", "params": params}
         self.log.append(json.dumps(notice, separators=(",", ":")).encode())
-        for listener in self.listeners:
-            listener(notice)
+        self._tell(notice)
         self.log.close()

@@ -55,8 +55,12 @@ class AgentProcess:
 
     @property
     def stderr_tail(self) -> str:
-        """The last `STDERR_TAIL_BYTES` the agent wrote to stderr."""
-        return self._stderr.decode("utf-8", "replace")
+        """At most the last `STDERR_TAIL_BYTES` the agent wrote to stderr, in whole lines: a secret is never cut in
+        two, so the redactor finds it (a line longer than the tail is left out)."""
+        tail = bytes(self._stderr[-STDERR_TAIL_BYTES:])
+        if len(self._stderr) > STDERR_TAIL_BYTES:
+            tail = tail.partition(b"\n")[2]
+        return tail.decode("utf-8", "replace")
 
     async def send(self, line: bytes) -> None:
         """Write one message (a line of JSON) to the agent's stdin."""
@@ -101,14 +105,20 @@ class AgentProcess:
     def _take(self, output: Output) -> None:
         if output.stream == "stderr":
             self._stderr += output.data
-            del self._stderr[:-STDERR_TAIL_BYTES]
+            del self._stderr[: -2 * STDERR_TAIL_BYTES]  # twice the tail: what is cut is a whole line, below
             return
-        self._partial += output.data
-        *lines, rest = self._partial.split(b"\n")
-        self._partial = bytearray(rest)
-        for line in lines:
-            if line.strip():
-                self._on_message(bytes(line.strip()))
+        if b"\n" not in output.data:  # the line goes on: no split of what came before (long lines stay linear)
+            self._partial += output.data
+        else:
+            head, *middle, rest = output.data.split(b"\n")
+            lines = [bytes(self._partial + head), *middle]
+            self._partial = bytearray(rest)
+            for line in lines:
+                if line.strip():
+                    try:
+                        self._on_message(line.strip())
+                    except Exception:  # one message nobody could handle must not stop the reading
+                        logger.exception("agent %d: a message could not be handled", self.pid)
         if len(self._partial) > MAX_LINE_BYTES:
             logger.warning("agent %d wrote a line longer than %d bytes: stopping it", self.pid, MAX_LINE_BYTES)
             self._partial.clear()

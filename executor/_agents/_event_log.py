@@ -40,8 +40,14 @@ class EventLog:
             raise ValueError("a record must be one line")
         if self._closed:
             raise ValueError("the log is closed")
+        record = memoryview(line + b"\n")
         with open(self.path, "ab", buffering=0) as file:  # no descriptor held per session: there may be many
-            file.write(line + b"\n")
+            try:
+                while record:  # a raw write may be short
+                    record = record[file.write(record) :]
+            except OSError:  # disk full, a file size limit: take the torn record back, so the log stays whole
+                os.truncate(self.path, self._size)
+                raise
         self._starts.append(self._size)
         self._size += len(line) + 1
         self._wake()

@@ -18,6 +18,7 @@ __all__ = (
     "MAX_JSON_BYTES",
     "ApiError",
     "accepts",
+    "count",
     "follow",
     "read_json",
     "send_json",
@@ -47,6 +48,14 @@ async def send_json(response: Response, status: int, body: Any) -> None:
 
 async def send_problem(response: Response, body: Problem) -> None:
     await response.send(body.status, _encoder.encode(body), PROBLEM_JSON)
+
+
+def count(value: str | None) -> int | None:
+    """A non-negative decimal integer from a query parameter or header; None for anything else ("", "²", "-1",
+    or more than 18 digits, which `int()` would take its time over)."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 18:
+        return None
+    return int(value)
 
 
 def accepts(request: Request, media_type: str) -> bool:

@@ -12,7 +12,8 @@
     GET      /v1/processes/{id}/terminal/ws     the terminal over a WebSocket (`_terminal`)
 
 The processes are the executor's (`ProcessTable`): envd's `commands.list()` sees them too, and they end
-with the sandbox. Each keeps at most `maxLogBytesPerProcess` of output (the oldest goes first; sequence
+with the sandbox; the last `MAX_EXITED` that exited are kept for GET and logs. Each keeps at most
+`maxLogBytesPerProcess` of output (the oldest goes first; sequence
 numbers never repeat). Commands run as the sandbox's default user with envd's environment.
 """
 
@@ -24,10 +25,11 @@ import binascii
 import contextlib
 import signal
 import time
+from collections import deque
 
 import msgspec
 
-from executor._agents._http import HEARTBEAT_SECONDS, ApiError, accepts, read_json, send_json, start_sse
+from executor._agents._http import HEARTBEAT_SECONDS, ApiError, accepts, count, read_json, send_json, start_sse
 from executor._defaults import Defaults
 from executor._exchange import Request, Response
 from executor._process_env import environment, working_directory
@@ -40,6 +42,10 @@ __all__ = ("ProcessRoutes",)
 HARD_MAX_PROCESSES = 256
 HARD_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 HARD_MAX_RUN_MS = 3_600_000
+MAX_EXITED = 64
+"""Exited processes kept (info and output) for GET and logs; past it the oldest is forgotten, as a DELETE would."""
+ENTRY_OVERHEAD_BYTES = 128
+"""What one output entry costs beside its data, counted against the log limit (a byte-at-a-time writer)."""
 
 
 class ProcessConfig(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -100,7 +106,7 @@ class Tracked:
     def __init__(self, info: ProcessInfo, process: Process, log_limit: int) -> None:
         self.info = info
         self.process = process
-        self.entries: list[tuple[int, str, int, bytes]] = []  # (sequence, stream, timestampMs, data)
+        self.entries: deque[tuple[int, str, int, bytes]] = deque()  # (sequence, stream, timestampMs, data)
         self._bytes = 0
         self._limit = log_limit
         self._sequence = 0
@@ -116,9 +122,9 @@ class Tracked:
     def add(self, stream: str, data: bytes) -> None:
         self._sequence += 1
         self.entries.append((self._sequence, stream, int(time.time() * 1000), data))
-        self._bytes += len(data)
+        self._bytes += len(data) + ENTRY_OVERHEAD_BYTES
         while self._bytes > self._limit and len(self.entries) > 1:
-            self._bytes -= len(self.entries.pop(0)[3])
+            self._bytes -= len(self.entries.popleft()[3]) + ENTRY_OVERHEAD_BYTES
         self._wake()
 
     def finish(self, end: Exit) -> None:
@@ -236,6 +242,7 @@ class ProcessRoutes:
         )  # fmt: skip
         tracked = Tracked(info, process, self._config.max_log_bytes_per_process)
         self._tracked[info.id] = tracked
+        self._forget_exited()
         subscription = process.subscribe()
         tracked.collector = asyncio.get_running_loop().create_task(_collect(tracked, subscription))
         await send_json(response, 200, info)
@@ -244,6 +251,11 @@ class ProcessRoutes:
         owner = request.query.get("owner")
         found = [t.info for t in self._tracked.values() if owner in (None, "", t.info.owner)]
         await send_json(response, 200, {"processes": found})
+
+    def _forget_exited(self) -> None:
+        exited = [process_id for process_id, tracked in self._tracked.items() if tracked.done.is_set()]
+        for process_id in exited[: max(0, len(exited) - MAX_EXITED)]:  # oldest first: dicts keep their order
+            del self._tracked[process_id]
 
     def find(self, process_id: str) -> Tracked:
         tracked = self._tracked.get(process_id)
@@ -260,7 +272,7 @@ class ProcessRoutes:
             tracked.process.signal(signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(tracked.done.wait(), 2)
-        del self._tracked[process_id]
+        self._tracked.pop(process_id, None)  # a second DELETE that waited too finds it gone
         await response.send(204)
 
     async def stop(self, request: Request, response: Response, process_id: str) -> None:
@@ -273,10 +285,10 @@ class ProcessRoutes:
         tracked = self.find(process_id)
         if tracked.info.status == "running":
             tracked.process.signal(number)
-            wait_ms = request.query.get("waitMs", "")
-            if wait_ms.isdigit():
+            wait_ms = count(request.query.get("waitMs"))
+            if wait_ms:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(tracked.done.wait(), min(int(wait_ms), 60_000) / 1000)
+                    await asyncio.wait_for(tracked.done.wait(), min(wait_ms, 60_000) / 1000)
         await send_json(response, 200, tracked.info)
 
     async def logs(self, request: Request, response: Response, process_id: str) -> None:
@@ -284,12 +296,12 @@ class ProcessRoutes:
         stream = request.query.get("stream", "combined")
         if stream not in ("stdout", "stderr", "combined", "pty"):
             raise ApiError("invalid_request", 400, "stream must be stdout, stderr, combined or pty")
-        since = int(request.query["since"]) if request.query.get("since", "").isdigit() else 0
+        since = count(request.query.get("since")) or 0
         horizon = max(since, tracked.last_sequence)  # what a followed stream has seen, or left out, once this is sent
         selected = [e for e in tracked.entries if e[0] > since and stream in ("combined", e[1])]
-        tail = request.query.get("tail", "")
-        if tail.isdigit():
-            selected = selected[-int(tail) :] if int(tail) else []
+        tail = count(request.query.get("tail"))
+        if tail is not None:
+            selected = selected[-tail:] if tail else []
         follow = request.query.get("follow", "").lower() in ("1", "true")
         if (
             follow

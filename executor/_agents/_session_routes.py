@@ -23,7 +23,7 @@ import msgspec
 
 from executor._agents._acp_routes import OPENING_ERRORS, opening_error
 from executor._agents._acp_server import AgentExited
-from executor._agents._http import ApiError, follow, read_json, send_json
+from executor._agents._http import ApiError, count, follow, read_json, send_json
 from executor._agents._sessions import (
     AgentError,
     Session,
@@ -157,7 +157,8 @@ def _integer(request: Request, name: str, default: int, low: int, high: int | No
     value = request.query.get(name)
     if value is None or value == "":
         return default
-    if not value.isdigit() or int(value) < low or (high is not None and int(value) > high):
+    number = count(value)
+    if number is None or number < low or (high is not None and number > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ApiError("invalid_request", 400, f"{name} must be an integer {bound}")
-    return int(value)
+    return number

@@ -28,6 +28,8 @@ from executor._agents._acp_hub import AcpHub
 from executor._agents._acp_server import AcpServer, AgentExited
 from executor._agents._event_log import EventLog
 from executor._agents._normalise import Normaliser
+from executor._process_env import working_directory
+from executor._users import lookup
 from executor.agent_api import CreateSessionRequest, SessionInfo, UniversalEvent
 
 __all__ = (
@@ -146,6 +148,8 @@ class Session:
 
     async def _ensure_agent(self) -> AcpServer:
         async with self._lock:
+            if self._terminating:  # never a new agent for a session that is ending
+                raise SessionTerminated("session terminated")
             if self._server is not None and not self._server.exited:
                 return self._server
             if self._server is not None:
@@ -196,12 +200,9 @@ class Session:
             await self._call(server, "session/set_config_option", params, SETUP_SECONDS)
 
     def _cwd(self) -> str:
-        return os.path.abspath(self.record.options.directory) if self.record.options.directory else self._home()
-
-    def _home(self) -> str:
-        from executor._users import lookup
-
-        return lookup(self._hub.launcher.defaults.user).home
+        """The agent's working directory as the launcher starts it there (envd's rules: relative to the home)."""
+        defaults = self._hub.launcher.defaults
+        return working_directory(defaults, lookup(defaults.user), self.record.options.directory)
 
     async def _call(self, server: AcpServer, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:  # noqa: ASYNC109
         self._next_id += 1
@@ -217,7 +218,7 @@ class Session:
 
     async def send(self, text: str) -> None:
         """Start a turn with this message; it runs on in the background."""
-        if self.record.ended:
+        if self.record.ended or self._terminating:
             raise SessionTerminated("session terminated")
         if self.turn_active:
             raise TurnActive("a turn is already running in this session: wait for turn.ended, or cancel it")
@@ -253,6 +254,8 @@ class Session:
                 "error", {"message": f"the turn ran past {MAX_TURN_SECONDS:.0f} s", "code": "timeout"}, source="daemon"
             )
             ended["phase"] = "failed"
+        except SessionTerminated:  # terminated before the agent was (re)started
+            ended["phase"] = "interrupted" if self._stopping else "cancelled"
         except Exception as exc:  # the agent could not be started again, e.g. it was uninstalled
             self.emit("error", {"message": str(exc), "code": "agent_not_available"}, source="daemon")
             ended["phase"] = "failed"
@@ -390,7 +393,9 @@ class Session:
 
     async def _resolve(self, permission_id: str, reply: str | None, by: str) -> None:
         """Answer the agent (a `reply`, or `cancelled` without one) and log `permission.resolved`."""
-        pending = self._pending.pop(permission_id)
+        pending = self._pending.pop(permission_id, None)
+        if pending is None:  # resolved meanwhile (a reply and a timeout, while an answer was being written)
+            return
         if pending.timer is not None:
             pending.timer.cancel()
         option = _choose(pending.options, reply) if reply is not None else None
@@ -420,7 +425,10 @@ class Session:
             type=kind,
             data=data,
         )
-        self.log.append(_encoder.encode(event))
+        try:
+            self.log.append(_encoder.encode(event))
+        except OSError as exc:  # a full disk: this event is lost (the log stays whole), the session goes on
+            logger.error("session %s: event %s not stored: %s", self.record.session_id, kind, exc)
 
     def _status(self, label: str, detail: dict[str, Any]) -> None:
         item = self._normaliser.item(
@@ -435,7 +443,11 @@ class Session:
         """After an executor restart: numbering goes on after the log's; a turn the log shows running ended."""
         last_turn = None
         for line in self.log.read(0):
-            logged = _decode_logged(line)
+            try:
+                logged = _decode_logged(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):  # a record damaged on disk: the rest still counts
+                logger.warning("session %s: an unreadable event in its log is skipped", self.record.session_id)
+                continue
             if logged.type in ("turn.started", "turn.ended"):
                 last_turn = logged.type
             elif logged.type == "permission.requested":
@@ -538,10 +550,12 @@ class Sessions:
         if session_id in self._sessions:
             raise SessionExists(f"session already exists: {session_id}")
         directory = os.path.join(self._root, session_id)
+        shutil.rmtree(directory, ignore_errors=True)  # what an executor killed during a create left, unloaded
         os.makedirs(directory, mode=0o700)
         env = options.env
         record = SessionRecord(session_id, now(), msgspec.structs.replace(options, env={}))
         write_private(os.path.join(directory, "env.json"), msgspec.json.encode(env))
+        write_private(os.path.join(directory, "session.json"), msgspec.json.encode(record))
         session = Session(self._hub, directory, record, env)
         self._sessions[session_id] = session
         try:
@@ -554,5 +568,4 @@ class Sessions:
         return session
 
     async def close(self) -> None:
-        for session in self._sessions.values():
-            await session.close()
+        await asyncio.gather(*(session.close() for session in self._sessions.values()))
