@@ -121,3 +121,11 @@ def test_a_tool_calls_title_follows_its_updates() -> None:
         {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed", "rawOutput": {"output": "x"}}
     )
     assert (called["item"]["kind"], called["item"]["title"]) == ("tool_call", command)
+
+
+def test_a_chunk_whose_text_is_not_a_string_adds_nothing_and_raises_nothing() -> None:
+    normaliser = Normaliser()
+    normaliser.user_message("hi")
+    odd = normaliser.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": None}})
+    assert [kind for kind, _ in odd] == ["item.started", "item.delta"]
+    assert odd[1][1]["delta"] == ""

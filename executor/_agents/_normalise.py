@@ -89,6 +89,8 @@ class Normaliser:
     def _chunk(self, slot: str, body: dict[str, Any]) -> list[Emitted]:
         content = body.get("content") or {}
         text = content.get("text", "") if isinstance(content, dict) else ""
+        if not isinstance(text, str):  # `"text": null` or a number from a broken agent: nothing to add
+            text = ""
         events: list[Emitted] = []
         item = self._open.get(slot)
         if item is None:

@@ -305,7 +305,13 @@ class Session:
     def _on_agent(self, message: dict[str, Any]) -> None:
         method = message.get("method")
         if method == "session/update" and not self._loading:
-            update = (message.get("params") or {}).get("update") or {}
+            params = message.get("params")
+            update = params.get("update") if isinstance(params, dict) else None
+            if not isinstance(update, dict):
+                self.emit(
+                    "agent.unparsed", {"error": "a session/update without an update object", "location": "params"}
+                )
+                return
             for kind, data in self._normaliser.update(update):
                 self.emit(kind, data)
         elif method == "session/request_permission" and "id" in message:
