@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
-from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import msgspec
 from msgspec import UNSET
 
 from activator._activator import Activator
-from activator._errors import PortNotOpen
+from activator._mcp._agent_port import CREATE_DEADLINE, AgentPort, session_path
 from activator._mcp._arguments import (
     CreateAgentSession,
     GetAgentSessionEvents,
@@ -35,24 +33,20 @@ from activator._mcp._arguments import (
     ReplyAgentPermission,
     TerminateAgentSession,
 )
-from activator._mcp._errors import AgentRefused, ExecutorFailed, ToolError, executor_failures
+from activator._mcp._errors import AgentRefused, ExecutorFailed
 from activator._mcp._output import Rendered
-from activator._mcp._sandbox import open_port
 from activator._mcp._transcript import render
 from executor.agent_api import (
-    AGENT_PORT,
     AgentList,
     CreateSessionRequest,
     CreateSessionResponse,
     EventPage,
     MessageRequest,
     PermissionReply,
-    Problem,
     SessionInfo,
     SessionList,
     UniversalEvent,
 )
-from pool import envd
 
 __all__ = ["MAX_EVENTS_BYTES", "AgentSessionArgs", "run_agent_session_tool"]
 
@@ -66,11 +60,6 @@ AgentSessionArgs = (
 )
 
 MAX_EVENTS_BYTES = 256 * 1024  # of events' JSON per call (at least one event, however large)
-_CALL_DEADLINE = 60.0  # seconds any call may take once connected
-_CREATE_DEADLINE = 180.0  # creating a session starts the agent (a real one is a Node.js program) on a loaded machine
-_MAX_BODY = 64 << 20  # a page of 1000 events with large tool outputs
-_STOPS = frozenset({"turn.ended", "session.ended", "permission.requested", "question.requested"})
-"""Events that end a wait: the caller has something to do (or nothing more will come this turn)."""
 _HINTS = {
     "session_not_found": "listAgentSessions shows the sandbox's sessions; createAgentSession starts one",
     "session_already_exists": "use it (promptAgentSession), or create a session with another sessionId",
@@ -81,87 +70,13 @@ _HINTS = {
     "agent_process_exited": "the agent's stderr is in the message; check its env (credentials, base URL) and retry",
     "token_invalid": "the sandbox's access token was refused; recreate the sandbox",
 }
-_T = TypeVar("_T")
-
-
-class _AgentPort:
-    """The coding-agent server of one owner's sandbox."""
-
-    def __init__(self, activator: Activator, owner: str, sandbox_id: str) -> None:
-        self._activator = activator
-        self._owner = owner
-        self._sandbox_id = sandbox_id
-        self._token = activator.get(owner, sandbox_id).access_token  # SandboxNotFound before anything else
-
-    async def call(
-        self, method: str, path: str, body: msgspec.Struct | None = None, *, deadline: float = _CALL_DEADLINE
-    ) -> bytes:
-        """One exchange; the body of a 2xx answer, AgentRefused for a problem, ExecutorFailed for anything else."""
-        what = f"{method} {path.split('?', 1)[0]}"
-        headers = self._headers("application/json")
-        payload = b""
-        if body is not None:
-            payload = msgspec.json.encode(body)
-            headers["Content-Type"] = "application/json"
-        sock = await self._connect()
-        try:
-            with executor_failures():
-                async with (
-                    asyncio.timeout(deadline),
-                    envd.exchange(sock, method, path, headers, payload) as response,
-                ):
-                    data = await response.read(_MAX_BODY)
-        except TimeoutError as exc:
-            raise ExecutorFailed(f"the coding-agent server did not answer {what} within {deadline:g} s") from exc
-        if response.status >= 300:
-            raise _refused(response.status, data, what)
-        return data
-
-    async def decoded(self, kind: type[_T], method: str, path: str) -> _T:
-        data = await self.call(method, path)
-        try:
-            return msgspec.json.decode(data, type=kind)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ExecutorFailed(
-                f"the coding-agent server answered {method} {path} with something else: {exc}"
-            ) from exc
-
-    async def follow(self, path: str) -> AsyncGenerator[bytes, None]:
-        """The `data` of each frame of the SSE stream at `path`, as they come (heartbeats count as activity)."""
-        sock = await self._connect()
-        with executor_failures():
-            async with envd.exchange(sock, "GET", path, self._headers("text/event-stream")) as response:
-                if response.status >= 300:
-                    raise _refused(response.status, await response.read(1 << 20), f"GET {path.split('?', 1)[0]}")
-                buffer = b""
-                async for chunk in response.chunks():
-                    self._activator.touch(self._sandbox_id)  # the agent works: the idle policy must not pause it
-                    buffer += chunk
-                    while (end := buffer.find(b"\n\n")) >= 0:
-                        frame, buffer = buffer[:end], buffer[end + 2 :]
-                        data = [line[5:].strip() for line in frame.split(b"\n") if line.startswith(b"data:")]
-                        if data:
-                            yield b"\n".join(data)
-
-    def _headers(self, accept: str) -> dict[str, str]:
-        headers = {"Host": f"localhost:{AGENT_PORT}", "Accept": accept}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
-        return headers
-
-    async def _connect(self) -> socket.socket:
-        try:
-            return await open_port(self._activator, self._owner, self._sandbox_id, AGENT_PORT)
-        except PortNotOpen as exc:
-            raise ToolError(
-                f"the sandbox's coding-agent server does not answer on port {AGENT_PORT} (its executor may predate "
-                "it, or be restarting); retry, or create a new sandbox"
-            ) from exc
+_STOPS = frozenset({"turn.ended", "session.ended", "permission.requested", "question.requested"})
+"""Events that end a wait: the caller has something to do (or nothing more will come this turn)."""
 
 
 async def run_agent_session_tool(activator: Activator, owner: str, args: AgentSessionArgs) -> dict[str, Any] | Rendered:
     """Run one coding-agent tool for `owner`."""
-    port = _AgentPort(activator, owner, args.sandbox_id)
+    port = AgentPort(activator, owner, args.sandbox_id, hints=_HINTS)
     match args:
         case CreateAgentSession():
             return await _create(port, args)
@@ -170,18 +85,18 @@ async def run_agent_session_tool(activator: Activator, owner: str, args: AgentSe
         case GetAgentSessionEvents():
             return await _events(port, args)
         case ReplyAgentPermission():
-            path = f"{_session(args.session_id)}/permissions/{quote(args.permission_id, safe='')}/reply"
+            path = f"{session_path(args.session_id)}/permissions/{quote(args.permission_id, safe='')}/reply"
             await port.call("POST", path, PermissionReply(args.reply))
             return {"sandboxId": args.sandbox_id, "sessionId": args.session_id, "permissionId": args.permission_id,
                     "reply": args.reply}  # fmt: skip
         case ListAgentSessions():
             return await _list(port, args)
         case TerminateAgentSession():
-            await port.call("POST", f"{_session(args.session_id)}/terminate")
+            await port.call("POST", f"{session_path(args.session_id)}/terminate")
             return {"sandboxId": args.sandbox_id, "sessionId": args.session_id, "terminated": True}
 
 
-async def _create(port: _AgentPort, args: CreateAgentSession) -> dict[str, Any]:
+async def _create(port: AgentPort, args: CreateAgentSession) -> dict[str, Any]:
     session_id = args.session_id if args.session_id is not UNSET else f"session-{secrets.token_hex(4)}"
     request = CreateSessionRequest(
         agent=args.agent,
@@ -193,7 +108,7 @@ async def _create(port: _AgentPort, args: CreateAgentSession) -> dict[str, Any]:
         permission_timeout_ms=args.permission_timeout_ms,
         permission_default=args.permission_default,
     )
-    data = await port.call("POST", _session(session_id), request, deadline=_CREATE_DEADLINE)
+    data = await port.call("POST", session_path(session_id), request, deadline=CREATE_DEADLINE)
     created = msgspec.json.decode(data, type=CreateSessionResponse)
     if not created.healthy:
         detail = created.error.detail if created.error is not None else "no reason given"
@@ -207,9 +122,9 @@ async def _create(port: _AgentPort, args: CreateAgentSession) -> dict[str, Any]:
     }
 
 
-async def _prompt(port: _AgentPort, args: PromptAgentSession) -> dict[str, Any]:
-    before = await port.decoded(SessionInfo, "GET", _session(args.session_id))
-    await port.call("POST", f"{_session(args.session_id)}/messages", MessageRequest(args.message))
+async def _prompt(port: AgentPort, args: PromptAgentSession) -> dict[str, Any]:
+    before = await port.decoded(SessionInfo, "GET", session_path(args.session_id))
+    await port.call("POST", f"{session_path(args.session_id)}/messages", MessageRequest(args.message))
     return {
         "sandboxId": args.sandbox_id,
         "sessionId": args.session_id,
@@ -220,8 +135,8 @@ async def _prompt(port: _AgentPort, args: PromptAgentSession) -> dict[str, Any]:
     }
 
 
-async def _events(port: _AgentPort, args: GetAgentSessionEvents) -> Rendered:
-    path = _session(args.session_id)
+async def _events(port: AgentPort, args: GetAgentSessionEvents) -> Rendered:
+    path = session_path(args.session_id)
     page = await port.decoded(EventPage, "GET", f"{path}/events?offset={args.offset}&limit={args.limit}")
     events = _bounded(page.events)
     info = await port.decoded(SessionInfo, "GET", path)
@@ -250,7 +165,7 @@ async def _events(port: _AgentPort, args: GetAgentSessionEvents) -> Rendered:
 
 
 async def _follow(
-    port: _AgentPort, path: str, args: GetAgentSessionEvents, before: list[UniversalEvent]
+    port: AgentPort, path: str, args: GetAgentSessionEvents, before: list[UniversalEvent]
 ) -> list[UniversalEvent]:
     """The events the SSE stream at `path` brings within `waitSeconds`, up to a stop event or the page's bounds."""
     followed: list[UniversalEvent] = []
@@ -319,7 +234,7 @@ def _list_agents(agents: AgentList) -> list[dict[str, Any]]:
     return listed
 
 
-async def _list(port: _AgentPort, args: ListAgentSessions) -> dict[str, Any]:
+async def _list(port: AgentPort, args: ListAgentSessions) -> dict[str, Any]:
     sessions = await port.decoded(SessionList, "GET", "/v1/sessions")
     agents = await port.decoded(AgentList, "GET", "/v1/agents")
     return {
@@ -327,21 +242,6 @@ async def _list(port: _AgentPort, args: ListAgentSessions) -> dict[str, Any]:
         "sessions": msgspec.to_builtins(sessions.sessions),
         "agents": _list_agents(agents),
     }
-
-
-def _refused(status: int, body: bytes, what: str) -> ToolError:
-    """The agent server's answer as a tool error: its problem's detail, and what to do about it."""
-    try:
-        problem = msgspec.json.decode(body, type=Problem)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return ExecutorFailed(f"the coding-agent server answered {what} with HTTP {status}: {body[:300]!r}")
-    kind = problem.type.rsplit(":", 1)[-1]
-    hint = _HINTS.get(kind)
-    return AgentRefused(f"{problem.detail}" + (f". {hint}" if hint else ""), kind)
-
-
-def _session(session_id: str) -> str:
-    return f"/v1/sessions/{quote(session_id, safe='')}"
 
 
 def _given(value: str | msgspec.UnsetType) -> str | None:

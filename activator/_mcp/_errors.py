@@ -63,11 +63,13 @@ class ExecutorFailed(ToolError):
 
 
 class AgentRefused(ToolError):
-    """The coding-agent server (port 2468) refused the call; `kind` is the problem's error kind."""
+    """The coding-agent server (port 2468) refused the call; `kind` is the problem's error kind, `status` the HTTP
+    status it answered with."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: str, *, status: int = 502) -> None:
         super().__init__(message)
         self.kind = kind
+        self.status = status
 
 
 @contextmanager

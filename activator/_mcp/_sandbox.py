@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -12,9 +12,21 @@ from activator._activator import Activator
 from activator._records import SandboxRecord
 from pool import Template
 
-__all__ = ["SandboxAccess", "SandboxUrls", "describe", "open_port"]
+__all__ = ["PortActivator", "SandboxAccess", "SandboxUrls", "describe", "open_port"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class PortActivator(Protocol):
+    """What `open_port` needs of the activator (the MCP server's `Activator`, the web UI's `UiActivator`)."""
+
+    def get(self, owner: str, sandbox_id: str) -> SandboxRecord: ...
+
+    async def connect(self, owner: str, sandbox_id: str, seconds: float) -> tuple[SandboxRecord, bool]: ...
+
+    async def open_upstream(self, sandbox_id: str, port: int) -> socket.socket: ...
+
+    def touch(self, sandbox_id: str) -> None: ...
 
 
 class SandboxUrls(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,7 +55,7 @@ class SandboxAccess:
         return await open_port(self.activator, self.owner, self.record.id, port)
 
 
-async def open_port(activator: Activator, owner: str, sandbox_id: str, port: int) -> socket.socket:
+async def open_port(activator: PortActivator, owner: str, sandbox_id: str, port: int) -> socket.socket:
     """A socket to `port` in `owner`'s sandbox, resuming it first if it is paused; counts as activity."""
     record = activator.get(owner, sandbox_id)  # killed or gone meanwhile: SandboxNotFound
     if not record.wakes_on_traffic:

@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException
 from litestar.response import Redirect
 
 from activator import ActivatorError
+from activator._mcp import AgentRefused, ToolError
 from gateway.ui._auth import SignInRequired
 from gateway.ui._context import UiContext
 from gateway.ui._envd import EnvdError
@@ -51,5 +52,9 @@ def _status_and_message(request: Request[Any, Any, Any], exc: Exception) -> tupl
             return exc.status_code, exc.message
         case HTTPException():
             return exc.status_code, exc.detail
+        case AgentRefused() if exc.status in (400, 404, 409, 422):
+            return exc.status, exc.message  # the agent server's own answer (no such session, a turn runs, ...)
+        case ToolError():
+            return 502, exc.message  # its token refused (not this browser's sign-in), or no answer
     _log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return 500, "Something went wrong on the server; the error is in its log."

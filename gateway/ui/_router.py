@@ -18,6 +18,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import Middleware
 
 from gateway.ui._actions import ACTION_ROUTES
+from gateway.ui._agent_sessions import AGENT_SESSION_ROUTES
 from gateway.ui._auth import action_session, session
 from gateway.ui._context import STATIC_DIR, UiContext
 from gateway.ui._errors import error_handler
@@ -32,6 +33,7 @@ from gateway.ui._terminal import terminal
 
 __all__ = ["ui_router"]
 
+ROUTES = [*LOGIN_ROUTES, *PAGE_ROUTES, *EVENT_ROUTES, *ACTION_ROUTES, *IO_ROUTES, *AGENT_SESSION_ROUTES]
 _MAX_BODY = 64 * 1024  # the UI posts small forms only
 
 
@@ -44,7 +46,7 @@ def ui_router(services: UiServices, *, sessions: Sessions | None = None, refresh
     )
     return Router(
         path="/ui",
-        route_handlers=[*LOGIN_ROUTES, *PAGE_ROUTES, *EVENT_ROUTES, *ACTION_ROUTES, *IO_ROUTES, terminal, static],
+        route_handlers=[*ROUTES, terminal, static],
         dependencies={
             "ui": Provide(lambda: ui, use_cache=True, sync_to_thread=False),
             "session": Provide(session),

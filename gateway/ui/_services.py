@@ -58,6 +58,8 @@ class UiActivator(Protocol):
 
     async def open_upstream(self, sandbox_id: str, port: int) -> socket.socket: ...
 
+    def touch(self, sandbox_id: str) -> None: ...
+
     # Last, so that `list` in the annotations above is still the builtin.
     async def list(
         self,

@@ -1,10 +1,12 @@
-// One sandbox's page: live state and figures, actions, port URLs, logs, processes, files and a terminal.
+// One sandbox's page: live state and figures, actions, port URLs, logs, processes, files, a terminal and the
+// coding-agent sessions (agent_sessions.js).
 import { Terminal } from "./vendor/xterm/xterm.js";
 import { FitAddon } from "./vendor/addon-fit/addon-fit.js";
 import {
   act, allPorts, bytes, clock, csrfToken, duration, el, getJson, idleSeconds, live, portUrl, setUserPorts,
   stateBadge, timestamp, toast, ttlText, userPorts,
 } from "./ui.js";
+import { sessionsTab } from "./agent_sessions.js";
 
 const root = document.getElementById("sandbox");
 const id = root.dataset.id;
@@ -137,7 +139,8 @@ $("port-form").addEventListener("submit", (e) => {
 // --- tabs ---------------------------------------------------------------------------------------------------
 
 const opened = new Set();
-const onOpen = { terminal: openTerminal, processes: loadProcesses, files: () => loadFiles(".") };
+const openSessions = sessionsTab(api);
+const onOpen = { terminal: openTerminal, processes: loadProcesses, files: () => loadFiles("."), sessions: openSessions };
 
 for (const tab of document.querySelectorAll("[role=tab]")) {
   tab.addEventListener("click", () => {
@@ -149,6 +152,8 @@ for (const tab of document.querySelectorAll("[role=tab]")) {
       onOpen[name]?.();
     } else if (name === "terminal") {
       fit?.fit();
+    } else if (name === "sessions") {
+      openSessions();
     }
   });
 }
