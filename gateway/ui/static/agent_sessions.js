@@ -63,6 +63,7 @@ export function sessionsTab(api) {
       const live = body?.dataset.live === "1";
       if (extraPolls > 0) extraPolls -= 1;
       if ((live || extraPolls > 0) && !panel.hidden) timer = setTimeout(loadTranscript, POLL_MS);
+      else loadList(); // the turn is over: the list's state and counts catch up
     } catch (error) {
       if (mine !== generation) return;
       $("sessions-status").textContent = error.message;
