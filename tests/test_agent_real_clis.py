@@ -24,11 +24,10 @@ deltas of the final text, turn.ended completed.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.agent_configs import SESSION_ENV, TURNS, Turn, write_config
 from tests.agent_fixtures import AgentServer, node_bin, run_agent_server, session_events, wait_session_event
 from tests.polling import wait_for
 from tests.scripted_model import ScriptedModel
@@ -45,7 +45,6 @@ pytestmark = pytest.mark.timeout(1200)  # a cold npm install of an agent, then i
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 TRUST = {name: os.environ[name] for name in ("NODE_EXTRA_CA_CERTS",) if name in os.environ}
 """What a sandbox's user sets where the registry is reached through a TLS-intercepting proxy (as on this machine)."""
-API_KEY = "sk-scripted-test"
 OUTPUT = "hello from scripted model"
 TURN_SECONDS = 300.0  # an agent's start and one turn against the script, on a loaded 2-core machine
 EVENT_TYPES = {
@@ -56,74 +55,6 @@ EVENT_TYPES = {
 ITEM_KINDS = {"message", "tool_call", "tool_result", "system", "status", "unknown"}
 
 
-def _codex_config(home: Path, model: str) -> None:
-    (home / ".codex").mkdir(exist_ok=True)
-    (home / ".codex" / "config.toml").write_text(
-        f"""model = "scripted"
-model_provider = "scripted"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-check_for_update_on_startup = false
-
-[model_providers.scripted]
-name = "Scripted"
-base_url = "{model}/v1"
-wire_api = "responses"
-env_key = "SCRIPTED_API_KEY"
-
-[analytics]
-enabled = false
-"""
-    )
-
-
-def _opencode_config(home: Path, model: str) -> None:
-    config = {
-        "$schema": "https://opencode.ai/config.json",
-        "provider": {
-            "scripted": {
-                "npm": "@ai-sdk/openai-compatible",
-                "name": "Scripted",
-                "options": {"baseURL": f"{model}/v1", "apiKey": API_KEY},
-                "models": {"scripted": {"name": "Scripted", "tool_call": True}},
-            }
-        },
-        "model": "scripted/scripted",
-        "autoupdate": False,
-        "share": "disabled",
-        "permission": {"bash": "ask", "edit": "ask"},
-    }
-    (home / ".config" / "opencode").mkdir(parents=True, exist_ok=True)
-    (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(config, indent=2))
-
-
-PI_CONFIRM_EXTENSION = """\
-// Ask before every bash command (Pi itself never asks; pi-acp forwards the question as a permission request).
-export default function (pi: any) {
-  pi.on("tool_call", async (event: any, ctx: any) => {
-    if (event.toolName !== "bash") return undefined;
-    const allowed = await ctx.ui.confirm("Run this command?", String(event.input.command));
-    return allowed ? undefined : { block: true, reason: "The user refused to run the command" };
-  });
-}
-"""
-
-
-def _pi_config(home: Path, model: str) -> None:
-    agent = home / ".pi" / "agent"
-    (agent / "extensions").mkdir(parents=True, exist_ok=True)
-    provider = {
-        "baseUrl": f"{model}/v1",
-        "api": "openai-completions",
-        "apiKey": API_KEY,
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "scripted", "name": "Scripted"}],
-    }
-    (agent / "models.json").write_text(json.dumps({"providers": {"scripted": provider}}, indent=2))
-    (agent / "settings.json").write_text(json.dumps({"defaultProvider": "scripted", "defaultModel": "scripted"}))
-    (agent / "extensions" / "confirm-bash.ts").write_text(PI_CONFIRM_EXTENSION)
-
-
 @dataclass(frozen=True)
 class Agent:
     """How one agent is installed, configured and asked to run the scripted command."""
@@ -131,15 +62,12 @@ class Agent:
     id: str
     artifacts: tuple[tuple[str, str, str], ...]
     """(command, npm package, version) of each artifact the install reports."""
-    configure: Callable[[Path, str], None]
-    """Write the agent's config into a HOME, for a model server at a base URL."""
     wire: str
     """The model API the agent speaks (the scripted model's route)."""
-    prompt: str = "Create hello.txt please"
-    session: dict[str, Any] = field(default_factory=dict)
-    """What the session is created with, besides the agent and its directory."""
-    refused_phase: str = "completed"
-    """How the turn ends when the tool call is refused: the agent tells the model, or ends the turn."""
+
+    @property
+    def turn(self) -> Turn:
+        return TURNS[self.id]
 
 
 AGENTS = {
@@ -148,17 +76,12 @@ AGENTS = {
         Agent(
             "codex",
             (("codex-acp", "npm:@zed-industries/codex-acp", "0.16.0"),),
-            _codex_config,
             "/v1/responses",
-            prompt="Create hello.txt please [[escalate]]",
-            session={"agentMode": "read-only"},
-            refused_phase="cancelled",  # Codex's `abort` interrupts the turn: the model is not asked again
         ),
-        Agent("opencode", (("opencode", "npm:opencode-ai", "1.18.33"),), _opencode_config, "/v1/chat/completions"),
+        Agent("opencode", (("opencode", "npm:opencode-ai", "1.18.33"),), "/v1/chat/completions"),
         Agent(
             "pi",
             (("pi-acp", "npm:pi-acp", "0.0.34"), ("pi", "npm:@earendil-works/pi-coding-agent", "1.6.0")),
-            _pi_config,
             "/v1/chat/completions",
         ),
     )
@@ -196,14 +119,14 @@ class Bench:
         size = sum(files.values())  # hard links once, as du counts them
         print(f"installed {agent.id}: {self.installed[agent.id]:.0f} s, {size / 2**20:.0f} MiB")  # for the log (-s)
         assert self.server.home is not None
-        agent.configure(self.server.home, self.model.url)
+        write_config(self.server.home, agent.id, self.model.url)
 
     def session(self, agent: Agent, work: Path) -> str:
         """A new session of the agent working in `work`; its id."""
         self.sessions += 1
         session_id = f"{agent.id}-{self.sessions}"
-        env = {"SCRIPTED_API_KEY": API_KEY, "OPENAI_API_KEY": API_KEY, "PATH": self.path}
-        body = {"agent": agent.id, "directory": str(work), "env": env} | agent.session
+        env = SESSION_ENV | {"PATH": self.path}
+        body = {"agent": agent.id, "directory": str(work), "env": env} | agent.turn.session
         created = self.client.post(f"/v1/sessions/{session_id}", json=body)
         assert created.status_code == 200, created.text
         return session_id
@@ -308,7 +231,7 @@ def _run(bench: Bench, agent: Agent, work: Path, reply: str) -> tuple[str, list[
     bench.install(agent)
     asked_before = len(bench.model.requests)
     session_id = bench.session(agent, work)
-    sent = bench.client.post(f"/v1/sessions/{session_id}/messages", json={"message": agent.prompt})
+    sent = bench.client.post(f"/v1/sessions/{session_id}/messages", json={"message": agent.turn.prompt})
     assert sent.status_code == 204, sent.text
 
     def asked_or_ended() -> list[dict[str, Any]] | None:
@@ -370,7 +293,7 @@ def test_a_refused_tool_call_does_not_run_and_the_turn_still_ends(bench: Bench, 
     try:
         assert not (tmp_path / "hello.txt").exists()
         _assert_universal(events, session_id)
-        _assert_one_turn(events, agent.refused_phase)
+        _assert_one_turn(events, agent.turn.refused_phase)
         _permission(events, "reject")
         results = [item for _, item in _items(events, "item.completed", "tool_result")]
         assert all(item["status"] == "failed" for item in results), results  # Codex reports none: it aborted

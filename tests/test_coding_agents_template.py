@@ -1,4 +1,4 @@
-"""The `coding-agents` template: the agent server's agents installed, and a real Claude Code turn in a real sandbox.
+"""The `coding-agents` template: the agent server's agents installed, and each one's real turns in a real sandbox.
 
 The scripted model server runs in the test internet (`tests.internet_fixtures`, a namespace this module creates,
 at a documentation-range address), so the agent inside the sandbox reaches it the way it would reach a model API:
@@ -21,6 +21,7 @@ from e2b import Sandbox
 
 from executor._agents._catalog import AGENTS
 from executor.agent_api import AGENT_PORT
+from tests.agent_configs import API_KEY, SESSION_ENV, TURNS, config_files
 from tests.internet_fixtures import WEB_IP, Internet, internet  # noqa: F401 (the fixture below)
 from tests.polling import wait_for
 from tests.server_fixtures import RunningServer
@@ -83,35 +84,45 @@ def _wait(client: httpx.Client, session_id: str, kind: str) -> list[dict[str, An
     return wait_for(seen, what=f"{kind} in {session_id}", within=240)
 
 
-def test_every_agent_is_installed_and_claude_runs_a_turn_through_the_sandboxs_egress(
-    sbx: Sandbox, e2b_env: RunningServer, model: str
-) -> None:
+def test_every_agent_is_installed_on_node_24(sbx: Sandbox, e2b_env: RunningServer) -> None:
     with _agent_port(sbx, e2b_env) as client:
         agents = {agent["id"]: agent for agent in client.get("/v1/agents").json()["agents"]}
-        for agent in ("claude", "codex", "opencode", "pi"):
-            assert agents[agent]["installed"] is True, agents[agent]
-            assert agents[agent]["path"].startswith(f"/opt/agents/{agent}/bin/")
-        assert sbx.commands.run("node --version").stdout.startswith("v24.")
+    for agent in ("claude", "codex", "opencode", "pi"):
+        assert agents[agent]["installed"] is True, agents[agent]
+        assert agents[agent]["path"].startswith(f"/opt/agents/{agent}/bin/")
+    assert sbx.commands.run("node --version").stdout.startswith("v24.")
 
-        env = {"ANTHROPIC_BASE_URL": model, "ANTHROPIC_API_KEY": "sk-ant-scripted-test"}
+
+@pytest.mark.parametrize("agent", list(TURNS))
+def test_each_agent_runs_a_turn_through_the_sandboxs_egress_approved_then_refused(
+    sbx: Sandbox, e2b_env: RunningServer, model: str, agent: str
+) -> None:
+    """The agent's config in the sandbox user's HOME (as a template or the user would put it), the model's key in
+    the session's env; a permission approved in one session (the file written) and refused in another (not)."""
+    for relative, text in config_files(agent, model).items():
+        sbx.files.write(f"/home/user/{relative}", text)
+    turn = TURNS[agent]
+    env = SESSION_ENV | {"ANTHROPIC_BASE_URL": model}
+    with _agent_port(sbx, e2b_env) as client:
         for session_id, reply in (("approved", "once"), ("refused", "reject")):
             work = f"/home/user/{session_id}"
             sbx.files.make_dir(work)
-            body = {"agent": "claude", "directory": work, "env": env}
+            body = {"agent": agent, "directory": work, "env": env} | turn.session
             created = client.post(f"/v1/sessions/{session_id}", json=body)
             assert created.status_code == 200, created.text
-            assert client.post(f"/v1/sessions/{session_id}/messages", json={"message": "write it"}).status_code == 204
-            asked = next(
-                e for e in _wait(client, session_id, "permission.requested") if e["type"] == "permission.requested"
-            )
+            sent = client.post(f"/v1/sessions/{session_id}/messages", json={"message": turn.prompt})
+            assert sent.status_code == 204
+            events = _wait(client, session_id, "permission.requested")
+            asked = next(event for event in events if event["type"] == "permission.requested")
             permission = asked["data"]["permission_id"]
             answered = client.post(f"/v1/sessions/{session_id}/permissions/{permission}/reply", json={"reply": reply})
             assert answered.status_code == 204
             events = _wait(client, session_id, "turn.ended")
             assert events[0]["type"] == "session.started"
-            assert events[-1]["data"]["phase"] == "completed", events[-3:]
+            phase = "completed" if reply == "once" else turn.refused_phase
+            assert [event for event in events if event["type"] == "turn.ended"][-1]["data"]["phase"] == phase
             made = sbx.commands.run(f"cat {work}/hello.txt 2>/dev/null || echo absent").stdout
             assert made == ("hello from scripted model\n" if reply == "once" else "absent\n")
-        secrets = sbx.commands.run("grep -rl sk-ant-scripted-test /var/lib/agent-sandbox/agents || true", user="root")
-        kept = [f"/var/lib/agent-sandbox/agents/sessions/{name}/env.json" for name in ("approved", "refused")]
-        assert sorted(secrets.stdout.split()) == kept  # the key is in the sessions' env files only, not in a log
+    secrets = sbx.commands.run(f"grep -rl {API_KEY} /var/lib/agent-sandbox/agents || true", user="root")
+    kept = [f"/var/lib/agent-sandbox/agents/sessions/{name}/env.json" for name in ("approved", "refused")]
+    assert sorted(secrets.stdout.split()) == kept  # the key is in the sessions' env files only, not in a log
