@@ -25,7 +25,7 @@ from activator._idempotency import IDEMPOTENCY_TTL, ClaimedKey, Idempotency, Key
 from activator._keys import KEY_PATTERN, ApiKeys
 from activator._kube_store import KubeStore
 from activator._logs import LogLine
-from activator._mcp import McpServer, SandboxUrls
+from activator._mcp import CREATE_DEADLINE, AgentPort, AgentRefused, McpServer, SandboxUrls, ToolError, session_path
 from activator._metrics_ring import SAMPLE_INTERVAL, SAMPLES_KEPT, Sample
 from activator._records import (
     MAX_SANDBOX_ID_LENGTH,
@@ -50,6 +50,7 @@ __all__ = [
     "ACTIVATOR",
     "API_KEYS",
     "CLIENT_GONE",
+    "CREATE_DEADLINE",
     "IDEMPOTENCY_TTL",
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
@@ -59,6 +60,8 @@ __all__ = [
     "Activator",
     "ActivatorError",
     "ActivatorSettings",
+    "AgentPort",
+    "AgentRefused",
     "ApiKey",
     "ApiKeys",
     "BuildLogEntry",
@@ -101,7 +104,9 @@ __all__ = [
     "TemplateFiles",
     "TemplateNotFound",
     "TemplateRecord",
+    "ToolError",
     "e2b_error_response",
     "e2b_router",
     "new_sandbox_id",
+    "session_path",
 ]

@@ -23,8 +23,7 @@ from litestar import Response, get, post
 from litestar.exceptions import ValidationException
 from litestar.params import FromPath, JSONBody
 
-from activator import SandboxConflict
-from activator._mcp import CREATE_DEADLINE, AgentPort, AgentRefused, session_path
+from activator import CREATE_DEADLINE, AgentPort, AgentRefused, SandboxConflict, session_path
 from executor.agent_api import (
     AgentInfo,
     AgentList,

@@ -15,8 +15,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 from litestar.response import Redirect
 
-from activator import ActivatorError
-from activator._mcp import AgentRefused, ToolError
+from activator import ActivatorError, AgentRefused, ToolError
 from gateway.ui._auth import SignInRequired
 from gateway.ui._context import UiContext
 from gateway.ui._envd import EnvdError
