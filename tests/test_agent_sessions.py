@@ -262,6 +262,9 @@ def test_sessions_are_refused_in_upstreams_shapes_and_listed_newest_first(client
     refused = client.post("/v1/sessions/x-mode", json={"agent": "mock", "agentMode": "yolo"})
     assert "unknown mode 'yolo'" in _problem(refused, 400, "invalid_request")["detail"]
     assert client.get("/v1/sessions/x-mode").status_code == 404  # nothing kept of a refused create
+    for unhonoured in ({"variant": "fast"}, {"agentVersion": "1.2.3"}):
+        refused = client.post("/v1/sessions/x-unhonoured", json={"agent": "mock", **unhonoured})
+        assert "not supported" in _problem(refused, 400, "invalid_request")["detail"]
     listed = [s["sessionId"] for s in client.get("/v1/sessions").json()["sessions"]]
     assert listed.index(newer) < listed.index(session_id)
     question = client.post(f"/v1/sessions/{session_id}/questions/q1/reply", json={"answers": [["a"]]})

@@ -73,6 +73,9 @@ class SessionRoutes:
         options = await read_json(request, CreateSessionRequest)
         if not 1_000 <= options.permission_timeout_ms <= 86_400_000:
             raise ApiError("invalid_request", 400, "permissionTimeoutMs must be between 1000 and 86400000")
+        if options.variant is not None or options.agent_version is not None:  # refused, never silently ignored
+            detail = "variant and agentVersion are not supported: an agent runs at its installed version (install it)"
+            raise ApiError("invalid_request", 400, detail, sessionId=session_id)
         try:
             session = await self._sessions.create(session_id, options)
         except SessionExists as exc:
