@@ -33,6 +33,7 @@ __all__ = (
     "read_sse",
     "run_agent_server",
     "session_events",
+    "sse_fields",
     "wait_session_event",
 )
 
@@ -90,6 +91,20 @@ def run_agent_server(
         yield AgentServer(f"http://127.0.0.1:{port}", token, executor.home)
 
 
+def sse_fields(lines: Iterator[str]) -> Iterator[dict[str, str]]:
+    """The fields of each SSE frame in `lines` (comments, such as heartbeats, left out), as the frames end."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line.startswith(":"):
+            continue
+        if line:
+            name, _, value = line.partition(": ")
+            fields[name] = value
+            continue
+        yield fields
+        fields = {}
+
+
 def read_sse(
     client: httpx.Client,
     method: str,
@@ -105,16 +120,9 @@ def read_sse(
     with client.stream(method, path, headers=headers, timeout=timeout, **request) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        fields: dict[str, str] = {}
-        for line in response.iter_lines():
+        for fields in sse_fields(response.iter_lines()):
             if time.monotonic() > deadline:
                 break
-            if line.startswith(":"):
-                continue
-            if line:
-                name, _, value = line.partition(": ")
-                fields[name] = value
-                continue
             if "data" in fields:
                 frame = Frame(
                     fields.get("event"), int(fields["id"]) if "id" in fields else None, json.loads(fields["data"])
@@ -122,7 +130,6 @@ def read_sse(
                 frames.append(frame)
                 if until(frame):
                     return frames
-            fields = {}
     raise AssertionError(f"the stream ended or timed out before the expected frame; got {frames}")
 
 

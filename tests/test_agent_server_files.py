@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent_fixtures import AgentServer, Frame, read_sse, run_agent_server
+from tests.agent_fixtures import AgentServer, Frame, read_sse, run_agent_server, sse_fields
 from tests.polling import wait_for
 
 OCTETS = {"Content-Type": "application/octet-stream"}
@@ -449,18 +449,9 @@ def test_input_reaches_an_interactive_process_and_its_followed_logs_end_when_it_
     ):
         assert stream.headers["content-type"].startswith("text/event-stream")
         assert other.post(f"{process}/input", json={"data": "live\n", "encoding": "utf8"}).status_code == 200
-        lines = stream.iter_lines()
         frames: list[dict[str, str]] = []
-        fields: dict[str, str] = {}
-        for line in lines:
-            if line.startswith(":"):
-                continue
-            if line:
-                name, _, value = line.partition(": ")
-                fields[name] = value
-                continue
+        for fields in sse_fields(stream.iter_lines()):
             frames.append(fields)
-            fields = {}
             if len(frames) == 1:
                 stopped = other.post(f"{process}/stop", params={"waitMs": "30000"}).json()
                 assert stopped["status"] == "exited"
