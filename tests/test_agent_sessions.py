@@ -8,6 +8,7 @@ numbering after them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -20,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from executor._agents._sessions import Session, SessionRecord, SessionTerminated
+from executor.agent_api import CreateSessionRequest
 from tests.agent_fixtures import (
     AgentServer,
     processes_with,
@@ -400,3 +403,36 @@ def test_a_relative_directory_is_the_same_for_the_agent_and_its_tools(agents: Ag
     (result,) = _kinds(events, "tool_result")
     assert result["status"] == "completed"
     assert result["content"][0]["output"] == f"{agents.home / 'proj'}\n"
+
+
+class _SlowHub:
+    """An AcpHub stand-in whose close waits until told: a terminate stays in progress meanwhile."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.opened = 0
+
+    async def close(self, server_id: str) -> bool:
+        await self.release.wait()
+        return False
+
+    def open(self, *args: object, **kwargs: object) -> None:
+        self.opened += 1
+        raise AssertionError("a terminating session opened an agent")
+
+
+def test_a_message_while_terminate_is_under_way_is_refused_and_opens_no_agent(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        hub = _SlowHub()
+        record = SessionRecord("s-1", "2026-12-02T00:00:00Z", CreateSessionRequest(agent="mock"))
+        session = Session(hub, str(tmp_path), record, {})  # type: ignore[arg-type]
+        ending = asyncio.get_running_loop().create_task(session.terminate())
+        await asyncio.sleep(0)  # terminate has begun: it waits in hub.close
+        with pytest.raises(SessionTerminated):
+            await session.send("hi")
+        hub.release.set()
+        await ending
+        assert hub.opened == 0
+        assert session.record.ended
+
+    asyncio.run(scenario())
