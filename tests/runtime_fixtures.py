@@ -67,6 +67,7 @@ async def local_runtime(
     finally:
         for sandbox_id in [*runtime.sandbox_ids(), *runtime.snapshotted_ids()]:
             await runtime.stop(sandbox_id)
+        await runtime.criu_trial()  # its thread must not run on into the next test (a unit test forbids criu)
         runtime.close()
 
 

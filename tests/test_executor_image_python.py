@@ -7,13 +7,17 @@ it as every sandbox does, as pid 1 of a real sandbox on the image's own `/usr/bi
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import msgspec
 import pytest
+from websockets.asyncio.client import connect
 
+from executor.agent_api import AGENT_PORT
 from executor.envd import ENVD_PORT
 from pool import ExecutorInit
 from pool._executor_client import download_archive, upload_archive
@@ -107,3 +111,31 @@ def test_executor_needs_no_python_newer_than_the_images() -> None:
     ]
     result = subprocess.run([*vermin, str(REPO / "executor")], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+async def test_the_terminal_websocket_under_the_images_python(tmp_path: Path) -> None:
+    """The agent port's Upgrade handling and WebSocket frames (`executor._websocket`) as the image runs them."""
+    async with local_runtime(tmp_path) as runtime:
+        await runtime.start(spec("imagews"))
+        loop = asyncio.get_running_loop()
+        sock = await runtime.open_socket("imagews", AGENT_PORT)
+        body = json.dumps({"command": "/bin/sh", "tty": True, "interactive": True}).encode()
+        head = (
+            f"POST /v1/processes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+        )
+        await loop.sock_sendall(sock, head.encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        answer = b""
+        while chunk := await loop.sock_recv(sock, 65536):
+            answer += chunk
+        sock.close()
+        process_id = json.loads(answer.partition(b"\r\n\r\n")[2])["id"]
+        sock = await runtime.open_socket("imagews", AGENT_PORT)
+        async with connect(f"ws://x/v1/processes/{process_id}/terminal/ws", sock=sock) as ws:
+            assert json.loads(await ws.recv()) == {"type": "ready", "processId": process_id}
+            await ws.send(json.dumps({"type": "input", "data": "echo $((6 * 7)); exit 5\n"}))
+            seen, last = "", None
+            async with asyncio.timeout(60):
+                while not isinstance(last := await ws.recv(), str):
+                    seen += last.decode(errors="replace")
+            assert "42" in seen
+            assert json.loads(last) == {"type": "exit", "exitCode": 5}

@@ -67,6 +67,10 @@ class LocalRuntime(LocalSandboxes):
         """`pool.TemplateBuilder`: layers built here, the sandboxed ones in build sandboxes (`_template_builder`)."""
         return await self._builder.build_template(template, log, files=files, within=within, registry=registry)
 
+    async def criu_trial(self) -> None:
+        """Return once the CRIU trial (a thread started with the runtime) has finished."""
+        await self._criu.status()
+
     def capabilities(self) -> RuntimeCapabilities:
         """What snapshots keep on this machine (the CRIU trial's result; "filesystem" while it runs)."""
         status = self._criu.status_now()
