@@ -155,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
         "%(default)s)")
     _env_option(serve, "--sandbox-ca-certs", defaults.sandbox_ca_certs, type=_ca_certs, metavar="PATH|none",
         help="extra CAs sandboxes trust: a directory of *.crt or a PEM file (default %(default)s; none: off)")
+    _env_option(serve, "--sandbox-disk-limit", "on" if defaults.sandbox_disk_limit else "off", choices=["on", "off"],
+        help="local runtime: give each sandbox a filesystem of its template's disk_mb, so a write past it fails "
+        "with ENOSPC (off: sandboxes share the data directory's filesystem unlimited; default %(default)s)")
     # fmt: on
     _add_runtime(serve, defaults)
 
@@ -232,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     lease_duration=float(args.lease_duration), sandbox_dns=tuple(args.sandbox_dns),
                     sandbox_denied_cidrs=tuple(args.sandbox_denied_cidr), sandbox_ca_certs=args.sandbox_ca_certs,
                     sandbox_internet=args.sandbox_internet == "on",
+                    sandbox_disk_limit=args.sandbox_disk_limit == "on",
                 )
             )  # fmt: skip
         case "keys":

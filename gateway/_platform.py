@@ -175,6 +175,7 @@ async def _open_runtime(
             executor_source=settings.executor_source,
             egress=EgressSettings(dns_servers=settings.sandbox_dns, denied=settings.sandbox_denied_cidrs),
             ca_certs=settings.sandbox_ca_certs,
+            disk_limit=settings.sandbox_disk_limit,
         ),
         parent_cgroup=settings.cgroup_name,
     )

@@ -49,6 +49,8 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_denied_cidrs: tuple[str, ...] = ()
     sandbox_ca_certs: Path | None = Path("/usr/local/share/ca-certificates")
     sandbox_internet: bool = True  # what a create that leaves `allow_internet_access` out gets (E2B: internet on)
+    # local: each sandbox's writable layer on a filesystem of its template's disk_mb (off: none; docs/security.md)
+    sandbox_disk_limit: bool = True
 
     @property
     def cgroup_name(self) -> str:

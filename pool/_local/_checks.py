@@ -23,6 +23,7 @@ import msgspec
 from pool._errors import PoolError
 from pool._local._cgroups import cgroup_layout
 from pool._local._criu import probe
+from pool._local._disk import DiskImages, disk_usage
 from pool._local._egress_policy import ALWAYS_DENIED, EgressPolicy
 from pool._local._images import ImageStore
 from pool._local._nft import run_nft
@@ -56,7 +57,7 @@ def check_platform(
     """Run every check (blocking, about a second; not inside an event loop)."""
     images = ImageStore(image_cache, executor_source)
     built = {name: images.is_built(template) for name, template in templates.items()}
-    checks = [_root(), _bubblewrap(), _cgroups(), _idmapped_overlay(), _seccomp(), _nftables()]
+    checks = [_root(), _bubblewrap(), _cgroups(), _idmapped_overlay(), _disk_limit(data_dir), _seccomp(), _nftables()]
     if all(check.ok for check in checks):
         checks.append(_sandbox(data_dir, image_cache, executor_source, templates, built))
     listing = ", ".join(f"{name}: {'built' if ok else 'not built'}" for name, ok in built.items())
@@ -152,6 +153,23 @@ def _idmapped_overlay() -> PlatformCheck:
     return PlatformCheck(
         name=name, ok=True, detail=f"root-created, id-mapped overlay root works (0 -> {host_id_base(0)})"
     )
+
+
+def _disk_limit(data_dir: Path) -> PlatformCheck:
+    """A sandbox's own filesystem (`_disk`): an ext4 image made, loop-mounted and unmounted where sandboxes live."""
+    work = Path(tempfile.mkdtemp(prefix="doctor-disk-", dir=data_dir if data_dir.is_dir() else None))
+    disks = DiskImages(enabled=True)
+    try:
+        disks.create(work, 64, 0)
+        used = disk_usage(work)
+        disks.detach(work)
+    except OSError as exc:
+        detail = f"a sandbox's disk limit cannot be set: {exc} (or serve with --sandbox-disk-limit off)"
+        return PlatformCheck(name="disk limit", ok=False, detail=detail)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    size = used.bytes_total >> 20 if used else 0
+    return PlatformCheck(name="disk limit", ok=True, detail=f"a 64 MiB sandbox filesystem mounted ({size} MiB usable)")
 
 
 def _idmap_trial(work: Path) -> str:

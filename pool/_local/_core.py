@@ -22,6 +22,7 @@ from pool._autostart import run_autostart
 from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGone
 from pool._local._cgroups import SandboxCgroup, cgroup_root_for
 from pool._local._criu import DEFAULT_CRIU_DIR
+from pool._local._disk import DiskImages, disk_usage
 from pool._local._egress import Egress, EgressSettings
 from pool._local._egress_policy import DNS_ADDRESS
 from pool._local._images import ImageStore
@@ -55,6 +56,9 @@ class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
     ports_timeout: float = 30.0  # how long start and restore wait for a template's ports to accept connections
     egress: EgressSettings = EgressSettings()
     ca_certs: Path | None = Path("/usr/local/share/ca-certificates")  # the host's extra CAs sandboxes trust; None: off
+    # Each sandbox's writable layer on a filesystem of its template's `disk_mb` (`_disk`); False: plain directories
+    # on the data directory's filesystem, with no limit (hosts without loop devices).
+    disk_limit: bool = True
 
 
 class LocalSandboxes:
@@ -69,6 +73,7 @@ class LocalSandboxes:
         self._sockets = NetnsSocketFactory()
         self._egress = Egress(settings.egress, self._sockets)
         self._files = SandboxFiles(ca_certs=settings.ca_certs, dns_address=DNS_ADDRESS)
+        self._disks = DiskImages(enabled=settings.disk_limit)
         self._seccomp = seccomp_filter()
         ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
         self._root = settings.data_dir / "sandboxes"
@@ -77,6 +82,7 @@ class LocalSandboxes:
         # are changed only on the event loop, by the transition methods below.
         self._sandboxes: dict[str, Sandbox] = {}
         self._snapshots: dict[str, SnapshotInfo] = {}
+        self._preparing: set[str] = set()  # started, their directory and filesystem still being made
         self._on_exit: ExitListener | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # crash clean-ups in flight, kept referenced
 
@@ -89,7 +95,7 @@ class LocalSandboxes:
         self._on_exit = listener
 
     async def start(self, spec: SandboxSpec) -> None:
-        if spec.sandbox_id in self._sandboxes:
+        if spec.sandbox_id in self._sandboxes or spec.sandbox_id in self._preparing:
             return
         if spec.sandbox_id in self._snapshots:
             raise RuntimeFailure(f"sandbox {spec.sandbox_id} is snapshotted: restore it instead")
@@ -98,7 +104,11 @@ class LocalSandboxes:
         except ImageBuildError as exc:
             raise RuntimeFailure(str(exc)) from exc
         self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
-        box = self._prepare(spec.sandbox_id, layers, spec.template.resources)
+        self._preparing.add(spec.sandbox_id)
+        try:
+            box = await asyncio.to_thread(self._prepare, spec.sandbox_id, layers, spec.template.resources)
+        finally:
+            self._preparing.discard(spec.sandbox_id)
         self._sandboxes[spec.sandbox_id] = box
         try:
             box.cgroup.create(spec.template.resources)
@@ -110,18 +120,23 @@ class LocalSandboxes:
             raise
 
     def _prepare(self, sandbox_id: str, layers: list[Path], resources: Resources) -> Sandbox:
+        """The sandbox's directory, uid slot and writable layer (blocking: the layer's filesystem is made here)."""
         directory = self._root / sandbox_id
         slot = self._slots.take(str(directory))
+        box = Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
         base = host_id_base(slot)
-        for sub in ("upper", "work", *(f"lower/{i}" for i in range(len(layers)))):
-            (directory / sub).mkdir(parents=True, exist_ok=True)
-        for sub in ("upper", "work"):
-            os.chown(directory / sub, base, base)
-        (directory / "slot").write_text(str(slot))
-        (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
-        (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
-        self._files.write(directory / "upper", base, layers)
-        return Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
+        try:
+            for i in range(len(layers)):
+                (directory / "lower" / str(i)).mkdir(parents=True, exist_ok=True)
+            (directory / "slot").write_text(str(slot))
+            (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
+            (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
+            self._disks.create(directory, resources.disk_mb, base)
+            self._files.write(directory / "upper", base, layers)
+        except BaseException:
+            self._teardown(box, keep_files=False)
+            raise
+        return box
 
     async def _launch(self, box: Sandbox, layers: list[Path]) -> None:
         await launch(box, layers, seccomp=self._seccomp, within=self._settings.start_timeout)
@@ -201,6 +216,7 @@ class LocalSandboxes:
         reap_orphans(range(base, base + IDS_PER_SANDBOX))  # a restored pid 1 is our child, not the launcher's
         (box.directory / "pid").unlink(missing_ok=True)
         if not keep_files:
+            self._disks.detach(box.directory)
             shutil.rmtree(box.directory, ignore_errors=True)
             self._slots.release(box.slot)
 
@@ -210,10 +226,11 @@ class LocalSandboxes:
         box = load_sandbox(self._root / sandbox_id, self._cgroups)
         if box is None or sandbox_id in self._sandboxes:
             raise RuntimeFailure(f"sandbox {sandbox_id} has no stopped writable layer")
+        self._disks.attach(box.directory)
         upper = box.directory / "upper"
         self._files.take_back(upper, box.layers())
         (upper / EXECUTOR_LOG.lstrip("/")).unlink(missing_ok=True)
-        return upper, host_id_base(box.slot)
+        return upper.resolve(), host_id_base(box.slot)  # on the sandbox's own filesystem, where it has one
 
     def _running(self, sandbox_id: str) -> Sandbox:
         box = self._sandboxes.get(sandbox_id)
@@ -263,11 +280,15 @@ class LocalSandboxes:
         box.last_cpu = (now, usage.cpu_seconds)
         res = box.resources
         pct = 100.0 * (usage.cpu_seconds - cpu_then) / max(now - then, 1e-6) / res.cpu_count
-        disk = await asyncio.to_thread(tree_size, box.directory / "upper")
+        disk = disk_usage(box.directory)  # one statvfs
+        if disk is None:  # no filesystem of its own (the limit is off): a walk, off the shared thread pool
+            disk_used, disk_total = await asyncio.to_thread(tree_size, box.directory / "upper"), res.disk_mb << 20
+        else:
+            disk_used, disk_total = disk.bytes_used, disk.bytes_total
         return SandboxStats(
             cpu_count=res.cpu_count, cpu_used_pct=round(max(pct, 0.0), 2), cpu_seconds=usage.cpu_seconds,
             mem_used=usage.mem_used, mem_total=res.memory_mb << 20, mem_cache=usage.mem_cache,
-            disk_used=disk, disk_total=res.disk_mb << 20,
+            disk_used=disk_used, disk_total=disk_total,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -41,7 +41,7 @@ import msgspec
 
 from pool._errors import RuntimeFailure
 from pool._local._criu import CriuBinary, log_tail, run_criu
-from pool._local._launcher import ROOT_MOUNTPOINT
+from pool._local._launcher import ROOT_MOUNTPOINT, drop_other_sandboxes_mounts
 from pool._local._syscalls import CLONE_NEWNS, bind_idmapped, make_mounts_private, unshare
 from pool._local._userns import create_userns, host_id_base
 
@@ -174,6 +174,7 @@ def _mount_steps(sandbox_dir: Path, layers: list[Path], userns_fd: int) -> Calla
         try:
             unshare(CLONE_NEWNS)
             make_mounts_private()
+            drop_other_sandboxes_mounts(sandbox_dir)
             for source, target in zip(sources, lowers, strict=True):
                 bind_idmapped(source, target, userns_fd, read_only=True)
             deadline = time.monotonic() + 5  # the dumped sandbox's overlay may be in its last microseconds

@@ -20,7 +20,16 @@ from pathlib import Path
 from executor.envd import ENVD_PORT
 from pool._errors import RuntimeFailure
 from pool._local._sandbox import Sandbox
-from pool._local._syscalls import CLONE_NEWNS, CLONE_NEWUSER, bind_idmapped, make_mounts_private, mount, setns, unshare
+from pool._local._syscalls import (
+    CLONE_NEWNS,
+    CLONE_NEWUSER,
+    bind_idmapped,
+    make_mounts_private,
+    mount,
+    setns,
+    unmount_lazily,
+    unshare,
+)
 from pool._local._userns import create_userns
 
 __all__ = [
@@ -29,6 +38,7 @@ __all__ = [
     "SANDBOX_CAPABILITIES",
     "SANDBOX_PATH",
     "bwrap_argv",
+    "drop_other_sandboxes_mounts",
     "launch",
     "launcher_steps",
     "shm_size",
@@ -98,6 +108,7 @@ def launcher_steps(
                 f.write("0")
         unshare(CLONE_NEWNS)
         make_mounts_private()
+        drop_other_sandboxes_mounts(sandbox_dir)
         for source, target in zip(sources, lowers, strict=True):
             bind_idmapped(source, target, userns_fd, read_only=True)
         mount("overlay", root, "overlay", overlay)
@@ -107,6 +118,18 @@ def launcher_steps(
         os.setresuid(0, 0, 0)
 
     return steps
+
+
+def drop_other_sandboxes_mounts(sandbox_dir: Path) -> None:
+    """In a private mount namespace just copied from the host's, detach the other sandboxes' filesystems
+    (`_disk`): the copies would hold each of them, and its loop device and disk space, for as long as this
+    namespace lives, long after the other sandbox was killed and its mount on the host was gone."""
+    siblings, own = f"{sandbox_dir.parent}/", f"{sandbox_dir}/"
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in reversed(points):  # the deepest first
+        if point.startswith(siblings) and not point.startswith(own):
+            unmount_lazily(point)
 
 
 async def launch(box: Sandbox, layers: list[Path], *, seccomp: bytes, within: float) -> None:

@@ -176,6 +176,7 @@ class LocalRuntime(LocalSandboxes):
             info = self._snapshots[sandbox_id] = await asyncio.to_thread(_downgrade, box)
         self._sandboxes[sandbox_id] = box
         try:
+            await asyncio.to_thread(self._disks.attach, box.directory)  # mounted still, unless the host rebooted
             box.cgroup.create(box.resources)
             if info.kind == "criu" and await self._restore_memory(box, layers):
                 await self._connect(box, spec.egress)
@@ -254,6 +255,7 @@ class LocalRuntime(LocalSandboxes):
         """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or 0 (dead)."""
         recorded = box.snapshot_info()
         if recorded is not None:
+            self._disks.attach(box.directory)  # after a reboot
             info = settle(box, recorded)
             box.stopping = True
             self._teardown(box, keep_files=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pool._errors import RuntimeFailure
 from pool._local._criu import CriuBinary, CriuStatus, find_criu, log_tail, probe
+from pool._local._disk import disk_usage
 from pool._local._sandbox import Sandbox, tree_size
 from pool._runtime import SnapshotInfo, SnapshotKind
 
@@ -71,8 +72,11 @@ def drop_image(directory: Path) -> None:
 
 
 def snapshot_bytes(directory: Path) -> int:
-    """Disk held by a snapshot: the memory image, if any, and the writable layer (blocking)."""
-    return tree_size(directory / "checkpoint") + tree_size(directory / "upper")
+    """Disk held by a snapshot: the memory image, if any, and the writable layer (blocking; its own filesystem's
+    use where it has one, not a walk of its files)."""
+    disk = disk_usage(directory)
+    upper = tree_size(directory / "upper") if disk is None else disk.bytes_used
+    return tree_size(directory / "checkpoint") + upper
 
 
 def settle(box: Sandbox, recorded: SnapshotInfo) -> SnapshotInfo:

@@ -14,6 +14,7 @@ __all__ = [
     "mount",
     "set_child_subreaper",
     "setns",
+    "unmount_lazily",
     "unshare",
 ]
 
@@ -22,6 +23,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 
 _MS_REC = 0x4000
+_MNT_DETACH = 2
 _MS_PRIVATE = 0x40000
 _PR_SET_CHILD_SUBREAPER = 36
 _AT_FDCWD = -100
@@ -64,8 +66,16 @@ def setns(fd: int, nstype: int) -> None:
     _check(_libc.setns(fd, nstype), "setns")
 
 
-def mount(source: str, target: str, fstype: str, options: str) -> None:
-    _check(_libc.mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode()), f"mount {target}")
+def mount(source: str, target: str, fstype: str, options: str, flags: int = 0) -> None:
+    _check(
+        _libc.mount(source.encode(), target.encode(), fstype.encode(), ctypes.c_ulong(flags), options.encode()),
+        f"mount {source} at {target}",
+    )
+
+
+def unmount_lazily(target: str) -> None:
+    """Detach the mount at `target` now; its filesystem goes once nothing uses it (umount2 MNT_DETACH)."""
+    _check(_libc.umount2(target.encode(), _MNT_DETACH), f"umount {target}")
 
 
 def make_mounts_private() -> None:
