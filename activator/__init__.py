@@ -17,6 +17,7 @@ from activator._errors import (
     IdempotencyMismatch,
     InvalidRequest,
     PortNotOpen,
+    QuotaExceeded,
     SandboxConflict,
     SandboxNotFound,
 )
@@ -27,11 +28,13 @@ from activator._kube_store import KubeStore
 from activator._logs import LogLine
 from activator._mcp import CREATE_DEADLINE, AgentPort, AgentRefused, McpServer, SandboxUrls, ToolError, session_path
 from activator._metrics_ring import SAMPLE_INTERVAL, SAMPLES_KEPT, Sample
+from activator._quota import DEFAULT_KEY_LIMITS
 from activator._records import (
     MAX_SANDBOX_ID_LENGTH,
     ApiKey,
     CreateRequest,
     Ingress,
+    KeyLimits,
     Lifecycle,
     SandboxRecord,
     SandboxState,
@@ -51,6 +54,7 @@ __all__ = [
     "API_KEYS",
     "CLIENT_GONE",
     "CREATE_DEADLINE",
+    "DEFAULT_KEY_LIMITS",
     "IDEMPOTENCY_TTL",
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
@@ -81,12 +85,14 @@ __all__ = [
     "Ingress",
     "InvalidRequest",
     "KeyLedger",
+    "KeyLimits",
     "KubeStore",
     "Lifecycle",
     "LogLine",
     "McpServer",
     "Page",
     "PortNotOpen",
+    "QuotaExceeded",
     "RedisCoordinator",
     "Sample",
     "SandboxConflict",

@@ -32,11 +32,13 @@ from activator._logs import LogLine, SandboxLogs
 from activator._machine import SandboxMachine, runtime_call
 from activator._metrics_ring import MetricsRing, Sample
 from activator._opener import Opener
+from activator._quota import KeyQuota
 from activator._reaper import Reaper
 from activator._records import (
     CreateRequest,
     Egress,
     Ingress,
+    KeyLimits,
     SandboxRecord,
     SandboxState,
     new_access_token,
@@ -132,6 +134,7 @@ class Activator:
         self._activity = Activity(clock, on_touch=self._coordinator.note_activity if self._coordinator.shared else None)
         self.holds = HoldGate(max_held=settings.max_held, deadline=settings.hold_deadline, telemetry=self.telemetry)
         self._opener = Opener(self._machine, runtime, self._activity, self.holds, self.telemetry)
+        self._quota = KeyQuota(self._key_limits, lambda: self._machine.live)
         idle = IdlePolicy(
             self.catalog.templates, pause_after=settings.pause_after, snapshot_after=settings.snapshot_after
         )
@@ -179,9 +182,13 @@ class Activator:
         template = self.catalog.resolve(request.template, owner)
         self._refuse_unenforced(request.egress)
         record = self._new_record(owner, request, template)
+        async with self._quota.admit(record):  # QuotaExceeded (429) past the key's limits, before anything starts
+            return await self._start(record)
+
+    async def _start(self, record: SandboxRecord) -> SandboxRecord:
         claimed = None
         if self._warm is not None:  # a ready sandbox gets the caller's init and keeps running: `Start` is a no-op
-            claimed = await self._warm.claim(template.name, self._machine.spec_for(record).init)
+            claimed = await self._warm.claim(record.template, self._machine.spec_for(record).init)
             record = record if claimed is None else msgspec.structs.replace(record, id=claimed)
         try:
             if claimed is not None:  # it was started before its rules were known
@@ -192,6 +199,11 @@ class Activator:
             if claimed is not None:  # `Start` failed after the claim: the sandbox is nobody's, don't leak it
                 await self._runtime.stop(claimed)
             raise
+
+    async def _key_limits(self, owner: str) -> KeyLimits:
+        """The limits of the key `owner` (read now: `keys update` applies to the next create), over the server's."""
+        key = await self._store.key(owner)
+        return (key.limits if key is not None else KeyLimits()).over(self.settings.key_limits)
 
     def last_activity(self, sandbox_id: str) -> float:
         """Clock time of the sandbox's last traffic or wake-up (what the idle policy counts from)."""

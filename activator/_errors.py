@@ -8,6 +8,7 @@ ActivatorError                 500  base class
 ├── SandboxConflict            409  the transition is not allowed in the current state
 ├── IdempotencyConflict        409  the Idempotency-Key's create runs still, or its outcome is unknown
 ├── IdempotencyMismatch        422  the Idempotency-Key was used with another request
+├── QuotaExceeded              429  the API key's sandboxes hold its limit already (`_quota`; E2B's full team)
 ├── GuestUnresponsive          503  `requireHealthyGuest`: the sandbox's executor does not answer
 ├── NotSupported               501  an E2B feature this server does not offer (yet)
 ├── HoldQueueFull              503  too many requests are already held for sandboxes
@@ -30,6 +31,7 @@ __all__ = [
     "InvalidRequest",
     "NotSupported",
     "PortNotOpen",
+    "QuotaExceeded",
     "SandboxConflict",
     "SandboxNotFound",
 ]
@@ -86,6 +88,12 @@ class IdempotencyMismatch(ActivatorError):
 
     status_code = 422
     error_code = "idempotency_request_mismatch"
+
+
+class QuotaExceeded(ActivatorError):
+    """A create would take the API key's live sandboxes past one of its limits; nothing was started."""
+
+    status_code = 429
 
 
 class GuestUnresponsive(ActivatorError):

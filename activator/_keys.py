@@ -2,6 +2,10 @@
 
 Verification asks the store on every request: each store answers from memory and bounds how long a key revoked
 elsewhere (another process, another replica) keeps working, which a cache here could not know about.
+
+A revoked key is kept, marked with the time it was revoked: it verifies no more at once (UI sessions and MCP
+requests included: both check the key on every request), and the reaper kills its sandboxes once the server's
+grace period has passed since then (`Reaper`, `serve --revoked-key-grace`).
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ import time
 import uuid
 from collections.abc import Callable
 
-from activator._records import ApiKey
+import msgspec
+
+from activator._records import ApiKey, KeyLimits
 from activator._store import Store
 
 __all__ = ["KEY_PATTERN", "ApiKeys"]
 
 KEY_PATTERN = re.compile(r"e2b_[0-9a-f]{32}")  # the E2B JS SDK and CLI refuse keys not shaped `e2b_<hex>`
+_SERVER_LIMITS = KeyLimits()  # every limit left to the server's defaults
 
 
 class ApiKeys:
@@ -28,18 +35,39 @@ class ApiKeys:
         self._store = store
         self._clock = clock
 
-    async def create(self, name: str) -> tuple[ApiKey, str]:
+    async def create(self, name: str, limits: KeyLimits = _SERVER_LIMITS) -> tuple[ApiKey, str]:
         """A new random key: its listing and the key itself, which is shown once and never stored."""
         raw = "e2b_" + secrets.token_hex(16)
-        return await self._register(raw, name), raw
+        return await self._register(raw, name, limits), raw
 
     async def list_keys(self) -> list[ApiKey]:
-        """Every key, oldest first."""
+        """Every key, revoked ones included, oldest first."""
         return await self._store.keys()
 
+    async def get(self, key_id: str) -> ApiKey | None:
+        """The key with this id, revoked or not; None if there is none."""
+        return await self._store.key(key_id)
+
+    async def active(self, key_id: str) -> bool:
+        """Whether the key with this id exists and is not revoked (read from the store, as `verify` is)."""
+        key = await self._store.key(key_id)
+        return key is not None and key.revoked_at is None
+
+    async def update(self, key_id: str, limits: KeyLimits) -> ApiKey | None:
+        """Replace the limits of a key; the key as updated, None if there is none with this id. The key's next
+        create is admitted by them (`_quota` reads them at every create)."""
+        key = await self._store.key(key_id)
+        if key is None:
+            return None
+        changed = msgspec.structs.replace(key, limits=limits)
+        return changed if await self._store.update_key(changed) else None
+
     async def revoke(self, key_id: str) -> bool:
-        """Delete a key; False if there was none with this id. Its sandboxes stay, reachable by no key."""
-        return await self._store.delete_key(key_id)
+        """Revoke a key: it stops verifying at once; False if there is no unrevoked key with this id."""
+        key = await self._store.key(key_id)
+        if key is None or key.revoked_at is not None:
+            return False
+        return await self._store.update_key(msgspec.structs.replace(key, revoked_at=self._clock()))
 
     async def verify(self, raw: str) -> str | None:
         """The id of the key `raw`, or None if it is not a key of ours."""
@@ -48,7 +76,8 @@ class ApiKeys:
         return await self._store.key_id(_digest(raw))
 
     async def ensure_bootstrap_key(self, explicit: str | None) -> str | None:
-        """Make sure some key works: register `explicit` (AGENT_SANDBOX_API_KEY), or create one on first start.
+        """Make sure some key works: register `explicit` (AGENT_SANDBOX_API_KEY), or create one when none works (on
+        first start, or once every key was revoked). A revoked `explicit` stays revoked.
 
         Returns the key only when it was created here, for the caller to print once and write to
         `<data-dir>/api-key`. Raises ValueError if `explicit` is not shaped like a key. Registering `explicit` is
@@ -60,12 +89,12 @@ class ApiKeys:
             if await self.verify(explicit) is None:
                 await self._register(explicit, "AGENT_SANDBOX_API_KEY")
             return None
-        if await self._store.keys():
+        if any(key.revoked_at is None for key in await self._store.keys()):
             return None
         return (await self.create("bootstrap"))[1]
 
-    async def _register(self, raw: str, name: str) -> ApiKey:
-        key = ApiKey(id=uuid.uuid4().hex, name=name, created_at=self._clock())
+    async def _register(self, raw: str, name: str, limits: KeyLimits = _SERVER_LIMITS) -> ApiKey:
+        key = ApiKey(id=uuid.uuid4().hex, name=name, created_at=self._clock(), limits=limits)
         await self._store.add_key(key, _digest(raw))
         return key
 

@@ -2,7 +2,8 @@
 
     sandbox-<id>-record   one per sandbox: the SandboxRecord's msgspec JSON, labelled with what listings select on
                           (its id, owner: the API key's id, never a key; state; template), annotated when created.
-    agent-sandbox-keys    key id -> JSON {digest, name, created_at} (SHA-256 digests only, never a key).
+    agent-sandbox-keys    key id -> JSON {digest, name, created_at, limits, revoked_at} (SHA-256 digests only,
+                          never a key; a revoked key stays, with the time it was revoked).
     idempotency-<digest>  one per claimed Idempotency-Key (`_kube_ledger`, which this store hands those calls).
 
 Their names, label and annotation keys, types and data keys are pool's (`pool.kube_shapes`, where the runtime's
@@ -19,9 +20,10 @@ under its resourceVersion, retried on conflict, so concurrent ones never lose ea
 A record Secret owns nothing: the sandbox's ReplicaSet is the runtime's own object, and deleting a record (the
 reaper's purge, or by hand) does not delete it. The activator kills through the runtime first, then records it.
 
-`key_id` runs on every API request, so it answers from an in-memory copy of the keys, read again once older than
-`KEYS_FRESH` seconds (an unknown digest forces a read, at most every `KEYS_MISS_REREAD` seconds). A key revoked
-through another replica stops verifying here within `KEYS_FRESH` seconds; through this store, at once.
+`key_id` runs on every API request (and `key` on every create and UI request), so it answers from an in-memory
+copy of the keys, read again once older than `KEYS_FRESH` seconds (an unknown digest forces a read, at most every
+`KEYS_MISS_REREAD` seconds). A key revoked through another replica stops verifying here within `KEYS_FRESH`
+seconds; through this store, at once.
 
 Limits: a Secret holds at most 1 MiB, so a record over that (metadata and env vars near the E2B API's 1 MiB body
 cap) is refused with `InvalidRequest`; the keys Secret fits some 5,000 keys.
@@ -45,7 +47,7 @@ from activator._errors import ActivatorError, InvalidRequest
 from activator._idempotency import ClaimedKey
 from activator._kube_ledger import KubeKeyLedger, delete_secret, read_secret
 from activator._kube_ledger import store_errors as _store_errors
-from activator._records import ApiKey, SandboxRecord, SandboxState
+from activator._records import ApiKey, KeyLimits, SandboxRecord, SandboxState
 from activator._store import Cursor
 from pool import KubeApi, KubeApiError
 from pool import kube_shapes as shapes
@@ -67,6 +69,12 @@ class _StoredKey(msgspec.Struct, frozen=True, kw_only=True):
     digest: str
     name: str
     created_at: float
+    limits: KeyLimits = KeyLimits()
+    revoked_at: float | None = None
+
+    def listing(self, key_id: str) -> ApiKey:
+        return ApiKey(id=key_id, name=self.name, created_at=self.created_at, limits=self.limits,
+                      revoked_at=self.revoked_at)  # fmt: skip
 
 
 _encode = msgspec.json.Encoder().encode
@@ -84,7 +92,10 @@ class KubeStore:
         self._path = f"/api/v1/namespaces/{namespace}/secrets"
         self._clock = clock
         self._versions: dict[str, str] = {}  # sandbox id -> resourceVersion last seen, oldest first
-        self._digests: dict[str, str] = {}  # digest -> key id as last read; replaced whole under `_keys_lock`
+        # The keys as last read (id -> entry), and digest -> id of the unrevoked ones; replaced whole under
+        # `_keys_lock`.
+        self._keys: dict[str, _StoredKey] = {}
+        self._digests: dict[str, str] = {}
         self._keys_read_at = -math.inf  # `clock` time the read behind `_digests` was sent
         self._keys_lock = asyncio.Lock()  # one keys read or write at a time; waiters reuse a fresh result
         self._ledger = KubeKeyLedger(api, namespace, clock=clock)
@@ -169,29 +180,47 @@ class KubeStore:
         def add(keys: dict[str, _StoredKey]) -> bool:
             if any(stored.digest == digest for stored in keys.values()):
                 return False
-            keys[key.id] = _StoredKey(digest=digest, name=key.name, created_at=key.created_at)
+            keys[key.id] = _StoredKey(
+                digest=digest, name=key.name, created_at=key.created_at, limits=key.limits, revoked_at=key.revoked_at
+            )
             return True
 
         await self._change_keys(add)
 
     async def keys(self) -> list[ApiKey]:
-        """Every API key, oldest first (read from the apiserver)."""
+        """Every API key, revoked ones included, oldest first (read from the apiserver)."""
         async with self._keys_lock:
             keys = await self._read_keys()
-        listed = [ApiKey(id=key_id, name=k.name, created_at=k.created_at) for key_id, k in keys.items()]
-        return sorted(listed, key=lambda k: (k.created_at, k.id))
+        return sorted((k.listing(key_id) for key_id, k in keys.items()), key=lambda k: (k.created_at, k.id))
+
+    async def key(self, key_id: str) -> ApiKey | None:
+        """The key with this id, from memory while fresh (see the module docstring)."""
+        await self._refresh_keys(stale=lambda: self._clock() - self._keys_read_at >= KEYS_FRESH)
+        stored = self._keys.get(key_id)
+        return None if stored is None else stored.listing(key_id)
 
     async def key_id(self, digest: str) -> str | None:
-        """The id of the key with this digest, from memory while fresh (see the module docstring)."""
-        if self._keys_stale(digest):
-            async with self._keys_lock:
-                if self._keys_stale(digest):  # not refreshed by the read this call waited for
-                    await self._read_keys()
+        """The id of the unrevoked key with this digest, from memory while fresh (see the module docstring)."""
+        await self._refresh_keys(stale=lambda: self._keys_stale(digest))
         return self._digests.get(digest)
 
-    async def delete_key(self, key_id: str) -> bool:
-        """Remove a key from the keys Secret (and from this store's memory at once)."""
-        return await self._change_keys(lambda keys: keys.pop(key_id, None) is not None)
+    async def update_key(self, key: ApiKey) -> bool:
+        """Replace a key's name, limits and revocation in the keys Secret (and in this store's memory at once)."""
+
+        def update(keys: dict[str, _StoredKey]) -> bool:
+            stored = keys.get(key.id)
+            if stored is None:
+                return False
+            keys[key.id] = msgspec.structs.replace(stored, name=key.name, limits=key.limits, revoked_at=key.revoked_at)
+            return True
+
+        return await self._change_keys(update)
+
+    async def _refresh_keys(self, stale: Callable[[], bool]) -> None:
+        if stale():
+            async with self._keys_lock:
+                if stale():  # not refreshed by the read this call waited for
+                    await self._read_keys()
 
     def _keys_stale(self, digest: str) -> bool:
         age = self._clock() - self._keys_read_at
@@ -245,7 +274,8 @@ class KubeStore:
         return changed
 
     def _cache_keys(self, keys: dict[str, _StoredKey], read_at: float) -> None:
-        self._digests = {stored.digest: key_id for key_id, stored in keys.items()}
+        self._keys = keys
+        self._digests = {stored.digest: key_id for key_id, stored in keys.items() if stored.revoked_at is None}
         self._keys_read_at = read_at
 
     async def _keys_secret(self) -> shapes.Secret | None:

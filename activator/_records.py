@@ -10,7 +10,7 @@ import enum
 import secrets
 import string
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -22,6 +22,7 @@ __all__ = [
     "CreateRequest",
     "Egress",
     "Ingress",
+    "KeyLimits",
     "Lifecycle",
     "PauseReason",
     "SandboxRecord",
@@ -38,6 +39,7 @@ _ID_LENGTH = 20
 # room to grow and answers a 10 kB id 400 before any lookup.
 MAX_SANDBOX_ID_LENGTH = 64
 
+_Count = Annotated[int, msgspec.Meta(ge=0)]
 PauseReason = Literal["api", "timeout", "idle"]  # idle: the idle policy's, invisible on the E2B API
 SnapshotKind = Literal["criu", "filesystem"]  # what the runtime's snapshot kept (pool.SnapshotKind)
 
@@ -141,12 +143,35 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
         return self.state is SandboxState.RUNNING or self.pause_reason == "idle" or self.lifecycle.auto_resume
 
 
+class KeyLimits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What one API key's live sandboxes may hold at once (`_quota`): each None takes the server's default
+    (`serve --key-max-*`), 0 is unlimited."""
+
+    max_sandboxes: _Count | None = None
+    max_memory_mb: _Count | None = None
+    max_vcpus: _Count | None = None
+
+    def over(self, defaults: KeyLimits) -> KeyLimits:
+        """These limits with `defaults` filling in the ones left to the server."""
+        return KeyLimits(
+            max_sandboxes=_first_set(self.max_sandboxes, defaults.max_sandboxes),
+            max_memory_mb=_first_set(self.max_memory_mb, defaults.max_memory_mb),
+            max_vcpus=_first_set(self.max_vcpus, defaults.max_vcpus),
+        )
+
+
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
-    """An API key as listed: never the key itself, which is stored only as its SHA-256 digest."""
+    """An API key as listed: never the key itself, which is stored only as its SHA-256 digest.
+
+    A revoked key stays listed with the time it was revoked: it verifies no more, and once the server's grace
+    period (`serve --revoked-key-grace`) has passed since then the reaper kills its sandboxes.
+    """
 
     id: str
     name: str
     created_at: float
+    limits: KeyLimits = KeyLimits()
+    revoked_at: float | None = None
 
 
 class CreateRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,6 +187,10 @@ class CreateRequest(msgspec.Struct, frozen=True, kw_only=True):
     egress: Egress = Egress()
     public_traffic: bool = True  # False: the sandbox gets a traffic access token (`Ingress`)
     mask_request_host: str | None = None
+
+
+def _first_set(value: int | None, default: int | None) -> int | None:
+    return default if value is None else value
 
 
 def new_sandbox_id() -> str:

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import msgspec
 
+from activator._quota import DEFAULT_KEY_LIMITS
+from activator._records import KeyLimits
 from executor.envd import ENVD_VERSION
 
 __all__ = ["ActivatorSettings"]
@@ -39,6 +41,8 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     warm_builds: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0  # warm sandboxes per tagged build of a key's template
     build_timeout: _Positive = 3600.0  # seconds one template build may take, from its first layer to its trial start
     template_aliases: dict[str, str] = {}  # extra template names, e.g. {"code-interpreter-v1": "code-interpreter"}
+    # What one API key's live sandboxes may hold where its own record leaves a limit to the server (0: unlimited).
+    key_limits: KeyLimits = DEFAULT_KEY_LIMITS
 
     def __post_init__(self) -> None:
         longest = max(self.default_timeout, self.default_timeout_v1)

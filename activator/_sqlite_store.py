@@ -22,7 +22,7 @@ import msgspec
 
 from activator._errors import ActivatorError
 from activator._idempotency import ClaimedKey
-from activator._records import ApiKey, SandboxRecord, SandboxState
+from activator._records import ApiKey, KeyLimits, SandboxRecord, SandboxState
 from activator._store import Cursor
 from activator._template_records import BuildRecord, TemplateRecord
 
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 CREATE INDEX IF NOT EXISTS sandboxes_by_owner ON sandboxes (owner, created_at, id);
 CREATE INDEX IF NOT EXISTS sandboxes_by_state ON sandboxes (state, end_at);
 CREATE TABLE IF NOT EXISTS api_keys (
-    id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at REAL NOT NULL);
+    id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, name TEXT NOT NULL, created_at REAL NOT NULL,
+    limits BLOB NOT NULL DEFAULT '{}', revoked_at REAL);
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     owner TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL, claim BLOB NOT NULL, PRIMARY KEY (owner, key));
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON idempotency_keys (at);
@@ -52,7 +53,12 @@ CREATE TABLE IF NOT EXISTS template_builds (
 CREATE INDEX IF NOT EXISTS template_builds_by_template ON template_builds (template_id, created_at);
 """
 
+# Columns added to api_keys after its first release, added to older databases as they open (`_connect`).
+_LATER_KEY_COLUMNS = {"limits": "BLOB NOT NULL DEFAULT '{}'", "revoked_at": "REAL"}
+_KEY_COLUMNS = "id, name, created_at, limits, revoked_at"
+
 _encode = msgspec.json.Encoder().encode
+_decode_limits = msgspec.json.Decoder(KeyLimits).decode
 _decode_record = msgspec.json.Decoder(SandboxRecord).decode
 _decode_claim = msgspec.json.Decoder(ClaimedKey).decode
 _decode_template = msgspec.json.Decoder(TemplateRecord).decode
@@ -128,21 +134,27 @@ class SqliteStore:
 
     async def add_key(self, key: ApiKey, digest: str) -> None:
         """Store a new API key by its digest; a digest already stored is kept as it is."""
-        row = (key.id, digest, key.name, key.created_at)
-        sql = "INSERT INTO api_keys VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
+        row = (key.id, digest, key.name, key.created_at, _encode(key.limits), key.revoked_at)
+        sql = "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
         await self._run(lambda conn: conn.execute(sql, row))
 
     async def keys(self) -> list[ApiKey]:
-        """Every API key, oldest first."""
-        sql = "SELECT id, name, created_at FROM api_keys ORDER BY created_at, id"
-        return await self._run(lambda conn: [ApiKey(id=i, name=n, created_at=c) for i, n, c in conn.execute(sql)])
+        """Every API key, revoked ones included, oldest first."""
+        sql = f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id"
+        return await self._run(lambda conn: [_key_of(row) for row in conn.execute(sql)])
+
+    async def key(self, key_id: str) -> ApiKey | None:
+        """The key with this id (one indexed read: `keys update` in another process applies at once)."""
+        sql = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?"
+        row = await self._run(lambda conn: conn.execute(sql, (key_id,)).fetchone())
+        return None if row is None else _key_of(row)
 
     async def key_id(self, digest: str) -> str | None:
-        """The id of the key with this digest, if there is one (from memory for `_KEY_RECHECK` seconds)."""
+        """The id of the unrevoked key with this digest, if there is one (from memory for `_KEY_RECHECK` s)."""
         cached = self._key_ids.get(digest)
         if cached is not None and time.monotonic() - cached[1] < _KEY_RECHECK:
             return cached[0]
-        sql = "SELECT id FROM api_keys WHERE digest = ?"
+        sql = "SELECT id FROM api_keys WHERE digest = ? AND revoked_at IS NULL"
         row = await self._run(lambda conn: conn.execute(sql, (digest,)).fetchone())
         if row is None:
             self._key_ids.pop(digest, None)
@@ -150,13 +162,14 @@ class SqliteStore:
         self._key_ids[digest] = (str(row[0]), time.monotonic())
         return str(row[0])
 
-    async def delete_key(self, key_id: str) -> bool:
-        """Delete a key; False if there was none with this id."""
-        sql = "DELETE FROM api_keys WHERE id = ?"
-        deleted = await self._run(lambda conn: conn.execute(sql, (key_id,)).rowcount > 0)
-        # After the delete: a read of the key queued before it has landed in the cache by now, and goes too.
-        self._key_ids = {digest: entry for digest, entry in self._key_ids.items() if entry[0] != key_id}
-        return deleted
+    async def update_key(self, key: ApiKey) -> bool:
+        """Replace the key's name, limits and revocation; False if there was none with this id."""
+        row = (key.name, _encode(key.limits), key.revoked_at, key.id)
+        sql = "UPDATE api_keys SET name = ?, limits = ?, revoked_at = ? WHERE id = ?"
+        updated = await self._run(lambda conn: conn.execute(sql, row).rowcount > 0)
+        # After the update: a read of the key queued before it has landed in the cache by now, and goes too.
+        self._key_ids = {digest: entry for digest, entry in self._key_ids.items() if entry[0] != key.id}
+        return updated
 
     async def claim_key(self, claim: ClaimedKey, *, expired_before: float) -> ClaimedKey | None:
         """As `KeyLedger.claim_key`: expired claims of every key go first, then the insert either lands or
@@ -231,7 +244,16 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process crashes, fast commits
     conn.executescript(_SCHEMA)
+    present = {row[1] for row in conn.execute("PRAGMA table_info(api_keys)")}
+    for column, declaration in _LATER_KEY_COLUMNS.items():
+        if column not in present:
+            conn.execute(f"ALTER TABLE api_keys ADD COLUMN {column} {declaration}")
     return conn
+
+
+def _key_of(row: tuple[str, str, float, bytes | str, float | None]) -> ApiKey:
+    key_id, name, created_at, limits, revoked_at = row
+    return ApiKey(id=key_id, name=name, created_at=created_at, limits=_decode_limits(limits), revoked_at=revoked_at)
 
 
 def _page_query(

@@ -65,14 +65,20 @@ class Store(KeyLedger, Protocol):
         same raw key registered twice (two replicas bootstrapping one AGENT_SANDBOX_API_KEY) is one key."""
 
     async def keys(self) -> list[ApiKey]:
-        """Every API key, oldest first."""
+        """Every API key, revoked ones included, oldest first."""
+
+    async def key(self, key_id: str) -> ApiKey | None:
+        """The key with this id as stored now (revoked or not); None if there is none. Read at every create and UI
+        request, so it may answer from memory for about a second, as `key_id` does."""
 
     async def key_id(self, digest: str) -> str | None:
-        """The id of the key with this digest, if there is one. Called on every API request, so it may answer
-        from memory: a key deleted through another store instance stops verifying within about a second."""
+        """The id of the key with this digest, if there is one and it is not revoked. Called on every API request,
+        so it may answer from memory: a key revoked through another store instance stops verifying within about a
+        second."""
 
-    async def delete_key(self, key_id: str) -> bool:
-        """Delete a key (at once for this instance's `key_id`); False if there was none with this id."""
+    async def update_key(self, key: ApiKey) -> bool:
+        """Replace the stored name, limits and revocation of the key `key.id` (at once for this instance's
+        `key_id`); False if there is none with this id."""
 
 
 def encode_cursor(record: SandboxRecord) -> str:

@@ -10,9 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from activator import KeyLimits
 from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
+from cli._key_commands import LIMIT_FLAGS, key_limit, run_key_command
 from cli._server_client import add_server_arguments
 from gateway import ServeSettings
+from pool import HostCeiling
 
 __all__ = ["main"]
 
@@ -80,6 +83,67 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     # fmt: off
     _env_option(parser, "--data-dir", ServeSettings().data_dir, type=Path,
         help="state: database, API key file, sandbox directories (env AGENT_SANDBOX_DATA_DIR; default %(default)s)")
+    # fmt: on
+
+
+def _limit(text: str) -> int:
+    """A limit of the server: a count, or `none` (0) for unlimited."""
+    if text == "none" or text.isdigit():
+        return 0 if text == "none" else int(text)
+    raise argparse.ArgumentTypeError(f"expected a number or 'none' (unlimited), not {text!r}")
+
+
+def _ceiling(text: str) -> int | None:
+    """A ceiling of the parent cgroup: a count, `none` (0) for no ceiling, `auto` (None) for the machine's."""
+    return None if text == "auto" else _limit(text)
+
+
+def _shown(value: int | None) -> str:
+    return "auto" if value is None else str(value or "none")
+
+
+def _add_limits(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
+    limits, ceiling = defaults.key_limits, defaults.sandboxes_ceiling
+    # fmt: off
+    _env_option(serve, "--key-max-sandboxes", _shown(limits.max_sandboxes), type=_limit, metavar="N|none",
+        help="live sandboxes (running, paused or snapshotted) one API key may hold, where its own limit (keys "
+        "create|update --max-sandboxes) leaves it to the server; past it a create gets E2B's 429 (default "
+        "%(default)s)")
+    _env_option(serve, "--key-max-memory-mb", _shown(limits.max_memory_mb), type=_limit, metavar="MIB|none",
+        help="memory one API key's live sandboxes may declare in total, as --key-max-sandboxes (default %(default)s)")
+    _env_option(serve, "--key-max-vcpus", _shown(limits.max_vcpus), type=_limit, metavar="N|none",
+        help="vCPUs one API key's live sandboxes may declare in total, as --key-max-sandboxes (default %(default)s)")
+    _env_option(serve, "--sandboxes-memory-max", _shown(ceiling.memory_mb), type=_ceiling, metavar="MIB|auto|none",
+        help="local runtime: memory all sandboxes together may use (their parent cgroup's limit); auto: the "
+        "machine's RAM less a tenth of it, at least 1 GiB (default %(default)s)")
+    _env_option(serve, "--sandboxes-pids-max", _shown(ceiling.pids), type=_ceiling, metavar="N|auto|none",
+        help="local runtime: processes and threads all sandboxes together may run; auto: half of the smaller of "
+        "kernel.pid_max and kernel.threads-max (default %(default)s)")
+    # fmt: on
+
+
+def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
+    # fmt: off
+    _env_option(serve, "--runtime", defaults.runtime, choices=["local", "kubernetes"],
+        help="where sandboxes run: this machine, or ReplicaSets in a Kubernetes namespace (default %(default)s)")
+    _env_option(serve, "--kubeconfig", None, type=Path,
+        help="kubernetes: the kubeconfig to use (default: in-cluster, the pod's ServiceAccount)")
+    _env_option(serve, "--namespace", None,
+        help="kubernetes: the namespace of the sandboxes (default: the kubeconfig's or the pod's, else 'default')")
+    _env_option(serve, "--kube-sandbox-user", None, choices=["user", "root"],
+        help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)")
+    _env_option(serve, "--kube-sandbox-service-account", None, metavar="NAME",
+        help="kubernetes: the ServiceAccount of sandbox pods (default: the namespace's; no token is mounted)")
+    _env_option(serve, "--api-key-secret", None, metavar="NAME",
+        help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key")
+    _env_option(serve, "--redis-url", None, metavar="URL",
+        help="run as one of several replicas sharing this Redis (route cache, activation locks, activity); "
+        "without it this replica works alone")
+    _env_option(serve, "--replica-id", defaults.replica_id,
+        help="this replica's name among the others (default: $POD_NAME, else host name and pid)")
+    _env_option(serve, "--lease-duration", defaults.lease_duration, type=float, metavar="S",
+        help="kubernetes: seconds before another replica takes over the background loops of a dead leader "
+        "(default %(default)s)")
     # fmt: on
 
 
@@ -159,15 +223,26 @@ def _parser() -> argparse.ArgumentParser:
         help="local runtime: give each sandbox a filesystem of its template's disk_mb, so a write past it fails "
         "with ENOSPC (off: sandboxes share the data directory's filesystem unlimited; default %(default)s)")
     # fmt: on
+    _add_limits(serve, defaults)
     _add_runtime(serve, defaults)
 
-    keys = commands.add_parser("keys", help="create, list and revoke API keys")
+    keys = commands.add_parser("keys", help="create, list, update and revoke API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser("create", help="create a key and print it (it is shown only once)")
     create.add_argument("--name", default="", help="a label for the key")
+    _add_key_limits(create, "(default: the server's --key-max-*)")
     _add_common(create)
-    _add_common(key_commands.add_parser("list", help="list keys (ids and names; keys are stored hashed)"))
-    revoke = key_commands.add_parser("revoke", help="revoke a key by id")
+    _add_common(key_commands.add_parser(
+        "list", help="list keys: ids, names, limits, revocation (keys are stored hashed)"
+    ))  # fmt: skip
+    update = key_commands.add_parser("update", help="change a key's limits (a running server applies them at once)")
+    update.add_argument("key_id")
+    _add_key_limits(update, "(default: unchanged)")
+    _add_common(update)
+    revoke = key_commands.add_parser(
+        "revoke", help="revoke a key by id: refused at once (API, MCP, UI sessions); its sandboxes are killed after "
+        "the server's --revoked-key-grace"
+    )  # fmt: skip
     revoke.add_argument("key_id")
     _add_common(revoke)
 
@@ -191,6 +266,20 @@ def _parser() -> argparse.ArgumentParser:
     add_server_arguments(delete)
     add_deploy_arguments(commands.add_parser("deploy", help=DEPLOY_HELP))
     return parser
+
+
+def _add_key_limits(parser: argparse.ArgumentParser, unset: str) -> None:
+    for flag, what in (("--max-sandboxes", "live sandboxes (running, paused or snapshotted)"),
+                       ("--max-memory-mb", "MiB of memory their templates declare, in total"),
+                       ("--max-vcpus", "vCPUs their templates declare, in total")):  # fmt: skip
+        parser.add_argument(
+            flag,
+            dest=LIMIT_FLAGS[flag],
+            type=key_limit,
+            default=argparse.SUPPRESS,
+            metavar="N|none|default",
+            help=f"the most {what} the key holds at once; none: unlimited, default: the server's {unset}",
+        )
 
 
 def _add_build(commands: Any, defaults: ServeSettings) -> None:
@@ -235,12 +324,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                     lease_duration=float(args.lease_duration), sandbox_dns=tuple(args.sandbox_dns),
                     sandbox_denied_cidrs=tuple(args.sandbox_denied_cidr), sandbox_ca_certs=args.sandbox_ca_certs,
                     sandbox_internet=args.sandbox_internet == "on",
+                    key_limits=KeyLimits(max_sandboxes=args.key_max_sandboxes, max_memory_mb=args.key_max_memory_mb,
+                                         max_vcpus=args.key_max_vcpus),
+                    sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),
                     sandbox_disk_limit=args.sandbox_disk_limit == "on",
                 )
             )  # fmt: skip
         case "keys":
-            from cli._key_commands import run_key_command
-
             run_key_command(args)
         case "cleanup":
             from gateway import cleanup

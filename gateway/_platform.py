@@ -47,6 +47,7 @@ from pool import (
     WarmPools,
     load_templates,
     open_kube_runtime,
+    set_sandboxes_ceiling,
     while_leading,
 )
 
@@ -180,8 +181,22 @@ async def _open_runtime(
         parent_cgroup=settings.cgroup_name,
     )
     stack.callback(local.close)
+    _limit_sandboxes(settings)
     await _build_missing_images(local, templates)
     return local
+
+
+def _limit_sandboxes(settings: ServeSettings) -> None:
+    """The ceiling of the sandboxes' parent cgroup (`--sandboxes-memory-max`, `--sandboxes-pids-max`)."""
+    try:
+        memory, pids = set_sandboxes_ceiling(settings.cgroup_name, settings.sandboxes_ceiling)
+    except PoolError as exc:  # e.g. sandboxes re-adopted at start already use more: they keep running
+        _log.warning("the sandboxes' ceiling is not set: %s", exc)
+        return
+    _log.info(
+        "sandboxes together may use %s of memory and %s processes",
+        "any amount" if memory is None else f"{memory >> 20} MiB", pids or "any number of",
+    )  # fmt: skip
 
 
 def _warm_pools(runtime: ServerRuntime, templates: dict[str, Template], settings: ServeSettings) -> ServerWarmPools:
@@ -243,6 +258,7 @@ def _activator_settings(settings: ServeSettings) -> ActivatorSettings:
         "domain": settings.domain, "pause_after": settings.pause_after, "snapshot_after": settings.snapshot_after,
         "max_held": settings.max_held, "hold_deadline": settings.hold_deadline,
         "default_internet": settings.sandbox_internet, "warm_builds": settings.warm_builds,
+        "key_limits": settings.key_limits,
     }  # fmt: skip
     return msgspec.convert(values, ActivatorSettings)
 

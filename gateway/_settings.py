@@ -8,6 +8,9 @@ from typing import Literal
 
 import msgspec
 
+from activator import DEFAULT_KEY_LIMITS, KeyLimits
+from pool import HostCeiling
+
 __all__ = ["DEFAULT_TEMPLATES", "ServeSettings"]
 
 DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -49,6 +52,10 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_denied_cidrs: tuple[str, ...] = ()
     sandbox_ca_certs: Path | None = Path("/usr/local/share/ca-certificates")
     sandbox_internet: bool = True  # what a create that leaves `allow_internet_access` out gets (E2B: internet on)
+    # What one API key's live sandboxes may hold where its own limits leave it to the server (0: unlimited), and what
+    # all sandboxes together may use on this machine (the parent cgroup's ceiling); docs/security.md, "Per-key limits"
+    key_limits: KeyLimits = DEFAULT_KEY_LIMITS
+    sandboxes_ceiling: HostCeiling = HostCeiling()
     # local: each sandbox's writable layer on a filesystem of its template's disk_mb (off: none; docs/security.md)
     sandbox_disk_limit: bool = True
 

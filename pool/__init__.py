@@ -37,7 +37,7 @@ from pool._kube import (
     while_leading,
 )
 from pool._kube import _shapes as kube_shapes  # the Kubernetes objects' names, labels, annotations and Secrets
-from pool._local import EgressSettings, LocalRuntime, LocalRuntimeSettings
+from pool._local import EgressSettings, HostCeiling, LocalRuntime, LocalRuntimeSettings, set_sandboxes_ceiling
 from pool._local._checks import PlatformCheck, check_platform
 from pool._local._criu import DEFAULT_CRIU_DIR
 from pool._local._images import ImageStore
@@ -91,6 +91,7 @@ __all__ = [
     "ExecutorError",
     "ExecutorInit",
     "ExecutorRefused",
+    "HostCeiling",
     "ImageBuildError",
     "ImageStore",
     "KeptAliveTransport",
@@ -136,6 +137,7 @@ __all__ = [
     "load_templates",
     "open_kube_runtime",
     "post_init",
+    "set_sandboxes_ceiling",
     "shell_command",
     "while_leading",
 ]

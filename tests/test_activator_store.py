@@ -4,6 +4,7 @@ SQLite, and Kubernetes Secrets on the dev cluster."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from activator import Activator, ApiKey, InvalidRequest, SandboxRecord, SandboxState, SqliteStore, Store
+from activator import Activator, ApiKey, InvalidRequest, KeyLimits, SandboxRecord, SandboxState, SqliteStore, Store
 from tests import kube_fixtures
 from tests.test_activator_fakes import Clock, FakeRuntime, activator, clock, request
 from tests.test_kube_store import kube_store, record
@@ -108,14 +109,31 @@ async def test_a_digest_is_stored_once_under_its_first_id(store: Store) -> None:
     assert await store.key_id("d1") == first.id
 
 
-async def test_a_deleted_key_no_longer_resolves(store: Store) -> None:
-    key = ApiKey(id="ab" * 16, name="laptop", created_at=1.0)
+async def test_a_revoked_key_no_longer_resolves_and_stays_listed_with_its_limits(store: Store) -> None:
+    key = ApiKey(id="ab" * 16, name="laptop", created_at=1.0, limits=KeyLimits(max_sandboxes=3))
     await store.add_key(key, "d1")
     assert await store.key_id("d1") == key.id
-    assert await store.delete_key(key.id)
+    revoked = msgspec.structs.replace(key, revoked_at=2.0)
+    assert await store.update_key(revoked)
     assert await store.key_id("d1") is None
-    assert not await store.delete_key(key.id)
-    assert await store.keys() == []
+    assert await store.key(key.id) == revoked
+    assert await store.keys() == [revoked]
+    assert not await store.update_key(msgspec.structs.replace(key, id="cd" * 16))
+
+
+async def test_keys_written_by_an_older_server_open_with_no_limits_and_unrevoked(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as old:
+        old.execute("CREATE TABLE api_keys (id TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, name TEXT NOT NULL, "
+                    "created_at REAL NOT NULL)")  # fmt: skip
+        old.execute("INSERT INTO api_keys VALUES ('k1', 'd1', 'laptop', 1.0)")
+        old.commit()
+    store = await SqliteStore.open(path)
+    try:
+        assert await store.keys() == [ApiKey(id="k1", name="laptop", created_at=1.0)]
+        assert await store.key_id("d1") == "k1"
+    finally:
+        await store.close()
 
 
 async def test_pages_follow_each_other_without_gaps(act: Activator, clock: Clock) -> None:

@@ -50,21 +50,6 @@ async def test_sign_out_and_revocation_end_sessions_at_once() -> None:
     assert await sessions.get(theirs) is not None
 
 
-async def test_a_saved_change_is_kept_but_never_brings_a_session_back() -> None:
-    sessions = SessionStore()
-    token = await sessions.create("key1", "")
-    found = await sessions.get(token)
-    assert found is not None
-    found.key_checked_at = 5.0
-    await sessions.save(token, found)
-    again = await sessions.get(token)
-    assert again is not None
-    assert again.key_checked_at == 5.0
-    await sessions.drop(token)
-    await sessions.save(token, found)
-    assert await sessions.get(token) is None
-
-
 async def test_unknown_and_missing_ids_find_nothing() -> None:
     sessions = SessionStore()
     await sessions.create("key1", "")

@@ -2,7 +2,9 @@
 
 Pages and read-only endpoints take `session` (the cookie must name a live session); state-changing endpoints
 take `action_session`, which also wants the UI's own origin and the session's CSRF token in `X-CSRF-Token`.
-A session whose key was revoked ends at the next check (at most `KEY_RECHECK` seconds after the revocation).
+A session whose key was revoked ends at its next request: every request asks the key store whether the session's
+key is still live (`ApiKeys.active`, answered as the API's own key checks are, so within a second of the
+revocation even when `agent-sandbox keys revoke` ran in another process).
 
 SignInRequired   no live session (pages redirect to the sign-in form; the API answers 401)
 Forbidden        a state change from another origin or without the CSRF token (403)
@@ -10,7 +12,6 @@ Forbidden        a state change from another origin or without the CSRF token (4
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from litestar import Request
@@ -25,7 +26,6 @@ from gateway.ui._sessions import Session
 __all__ = [
     "COOKIE",
     "CSRF_HEADER",
-    "KEY_RECHECK",
     "Forbidden",
     "SessionDep",
     "SignInRequired",
@@ -37,7 +37,6 @@ __all__ = [
 
 COOKIE = "agent_sandbox_ui"
 CSRF_HEADER = "x-csrf-token"
-KEY_RECHECK = 60.0  # seconds between two checks that a session's key still exists
 
 
 SessionDep = NamedDependency[Session]  # handler parameters `session` and `action_session`
@@ -61,17 +60,12 @@ async def connection_session(connection: ASGIConnection[Any, Any, Any, Any], ui:
 
 
 async def live_session(ui: UiContext, token: str | None) -> Session | None:
-    """The live session with this id, or None (also once its key is gone: revoked keys end their sessions)."""
+    """The live session with this id, or None (also once its key is revoked: revoked keys end their sessions)."""
     found = await ui.sessions.get(token)
-    if found is None or time.time() - found.key_checked_at < KEY_RECHECK:
+    if found is None or await ui.services.keys.active(found.owner):
         return found
-    if found.owner not in {key.id for key in await ui.services.keys.list_keys()}:
-        await ui.sessions.drop_owner(found.owner)
-        return None
-    found.key_checked_at = time.time()
-    if token:
-        await ui.sessions.save(token, found)
-    return found
+    await ui.sessions.drop_owner(found.owner)
+    return None
 
 
 async def session(request: Request[Any, Any, Any], ui: UiDep) -> Session:

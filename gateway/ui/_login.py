@@ -59,8 +59,8 @@ async def sign_in(
         error = "That is not an API key of this server. Keys look like e2b_ followed by 32 hex digits."
         return page(ui, "login.html", session=None, next=safe_next(data.next), error=error, signed_out=False,
                     status_code=401)  # fmt: skip
-    names = {key.id: key.name for key in await ui.services.keys.list_keys()}
-    session_id = await ui.sessions.create(owner, names.get(owner, ""))
+    key = await ui.services.keys.get(owner)
+    session_id = await ui.sessions.create(owner, key.name if key else "")
     cookie = Cookie(
         key=COOKIE, value=session_id, path="/ui", httponly=True, samesite="strict",
         secure=request.url.scheme == "https", max_age=int(ui.sessions.lifetime),

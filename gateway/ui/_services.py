@@ -73,11 +73,13 @@ class UiActivator(Protocol):
 
 
 class KeyVerifier(Protocol):
-    """Checks a key at sign-in, and later that the key a session was opened with still exists."""
+    """Checks a key at sign-in, and at every request that the key a session was opened with is not revoked."""
 
     async def verify(self, raw: str) -> str | None: ...
 
-    async def list_keys(self) -> list[ApiKey]: ...
+    async def active(self, key_id: str) -> bool: ...
+
+    async def get(self, key_id: str) -> ApiKey | None: ...
 
 
 class UiServices(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,7 +23,7 @@ __all__ = ["Session", "SessionStore", "Sessions", "check_limits", "expires_at", 
 
 
 class Session(msgspec.Struct, kw_only=True):
-    """One signed-in browser. Mutable: `last_seen` and `key_checked_at` move as it is used.
+    """One signed-in browser. Mutable: `last_seen` moves as it is used.
 
     Kept in Redis as JSON by `SharedSessionStore`: a new field must have a default."""
 
@@ -32,7 +32,6 @@ class Session(msgspec.Struct, kw_only=True):
     csrf: str  # sent back by the page on every state-changing request
     created_at: float
     last_seen: float
-    key_checked_at: float  # when the key was last seen to exist (a revoked key ends its sessions)
 
 
 class Sessions(Protocol):
@@ -50,9 +49,6 @@ class Sessions(Protocol):
     async def get(self, session_id: str | None) -> Session | None:
         """The live session with this id (its idle clock restarts), or None."""
         ...
-
-    async def save(self, session_id: str, session: Session) -> None:
-        """Keep a change to a session `get` returned (`key_checked_at`); never brings back one that ended."""
 
     async def drop(self, session_id: str | None) -> None:
         """Sign out: the id stops working at once."""
@@ -108,11 +104,6 @@ class SessionStore:
         session.last_seen = now
         return session
 
-    async def save(self, session_id: str, session: Session) -> None:
-        digest = session_digest(session_id)
-        if digest in self._sessions:
-            self._sessions[digest] = session
-
     async def drop(self, session_id: str | None) -> None:
         if session_id:
             self._sessions.pop(session_digest(session_id), None)
@@ -143,7 +134,6 @@ def new_session(owner: str, key_name: str, now: float) -> tuple[str, Session]:
     """A fresh random id (256 bits) and its session."""
     session = Session(
         owner=owner, key_name=key_name, csrf=secrets.token_urlsafe(32), created_at=now, last_seen=now,
-        key_checked_at=now,
     )  # fmt: skip
     return secrets.token_urlsafe(32), session
 

@@ -113,13 +113,6 @@ class SharedSessionStore:
         except ConnectionError:
             return None
 
-    async def save(self, session_id: str, session: Session) -> None:
-        if session_id in self._local:
-            await self._local.save(session_id, session)
-            return
-        with contextlib.suppress(ConnectionError):  # lost: the key is checked again at a later request
-            await self._write(session_digest(session_id), session)
-
     async def drop(self, session_id: str | None) -> None:
         if not session_id:
             return

@@ -3,6 +3,10 @@
 v1 (hybrid hosts like these VMs) needs one directory per controller; v2 has one directory. Either way a
 sandbox's processes join its cgroups in the launcher before bubblewrap runs, so every descendant is
 accounted, frozen and killed with it.
+
+Every sandbox's cgroups sit under one parent per server (`cgroup_root_for`), which gets a ceiling below the
+machine's (`set_sandboxes_ceiling`): however many sandboxes there are and whatever they declare, together they
+never take the memory or the process ids the server and the host need.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import os
 import time
 from pathlib import Path
 
+import msgspec
+
 from pool._errors import RuntimeFailure
 from pool._templates import Resources
 
-__all__ = ["CgroupUsage", "SandboxCgroup", "cgroup_layout", "cgroup_root_for"]
+__all__ = ["CgroupUsage", "HostCeiling", "SandboxCgroup", "cgroup_layout", "cgroup_root_for", "set_sandboxes_ceiling"]
 
 _V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
 _CFS_PERIOD_US = 100_000
@@ -62,6 +68,59 @@ def cgroup_root_for(parent: str) -> dict[str, Path]:
     if "unified" in dirs:
         _enable_v2_controllers(dirs["unified"])
     return dirs
+
+
+class HostCeiling(msgspec.Struct, frozen=True, kw_only=True):
+    """What all sandboxes together may use (the parent cgroup's limits): None computes it from the machine
+    (`auto`), 0 sets none.
+
+    auto: memory is the machine's RAM less a reserve of a tenth of it, at least 1 GiB; process ids are half of
+    what the kernel hands out (the smaller of `kernel.pid_max` and `kernel.threads-max`).
+    """
+
+    memory_mb: int | None = None
+    pids: int | None = None
+
+    def resolved(self, proc: Path = Path("/proc")) -> tuple[int | None, int | None]:
+        """(memory in bytes, pids) to write, None for no limit."""
+        memory, pids = self.memory_mb, self.pids
+        if memory is None:
+            total = _meminfo_kib(proc / "meminfo", "MemTotal") << 10
+            memory_bytes: int | None = total - max(total // 10, 1 << 30)
+        else:
+            memory_bytes = memory << 20 or None
+        if pids is None:
+            kernel = proc / "sys" / "kernel"
+            pids = min(int((kernel / "pid_max").read_text()), int((kernel / "threads-max").read_text())) // 2
+        return memory_bytes, pids or None
+
+
+def set_sandboxes_ceiling(parent: str, ceiling: HostCeiling) -> tuple[int | None, int | None]:
+    """Write `ceiling` to the parent cgroup `parent` (as `cgroup_root_for` names it); the (bytes, pids) written.
+
+    RuntimeFailure when the kernel refuses it (v1 answers EBUSY to a memory limit below what is in use).
+    """
+    roots, (memory, pids) = cgroup_root_for(parent), ceiling.resolved()
+    v2 = "unified" in roots
+    writes = (
+        (roots["unified" if v2 else "memory"] / ("memory.max" if v2 else "memory.limit_in_bytes"),
+         str(memory or ("max" if v2 else -1))),
+        (roots["unified" if v2 else "pids"] / "pids.max", str(pids or "max")),
+    )  # fmt: skip
+    for path, value in writes:
+        try:
+            path.write_text(value)
+        except OSError as exc:
+            raise RuntimeFailure(f"could not set {path} to {value}: {exc}") from exc
+    return memory, pids
+
+
+def _meminfo_kib(path: Path, field: str) -> int:
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value.split()[0])
+    raise RuntimeFailure(f"{path} has no {field}")
 
 
 def _enable_v2_controllers(parent: Path) -> None:
