@@ -14,7 +14,7 @@ from activator import KeyLimits
 from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
 from cli._key_commands import LIMIT_FLAGS, key_limit, run_key_command
 from cli._server_client import add_server_arguments
-from gateway import ServeSettings
+from gateway import ConnectionLimits, ServeSettings
 from pool import HostCeiling
 
 __all__ = ["main"]
@@ -147,29 +147,54 @@ def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> Non
     # fmt: on
 
 
-def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, not {text!r}")
+    return value
+
+
+def _whole_seconds(text: str) -> int:
+    return max(1, round(_seconds(text)))
+
+
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0, not {text!r}")
+    return int(text)
+
+
+def _add_connection_limits(serve: argparse.ArgumentParser, defaults: ConnectionLimits) -> None:
     # fmt: off
-    _env_option(serve, "--runtime", defaults.runtime, choices=["local", "kubernetes"],
-        help="where sandboxes run: this machine, or ReplicaSets in a Kubernetes namespace (default %(default)s)")
-    _env_option(serve, "--kubeconfig", None, type=Path,
-        help="kubernetes: the kubeconfig to use (default: in-cluster, the pod's ServiceAccount)")
-    _env_option(serve, "--namespace", None,
-        help="kubernetes: the namespace of the sandboxes (default: the kubeconfig's or the pod's, else 'default')")
-    _env_option(serve, "--kube-sandbox-user", None, choices=["user", "root"],
-        help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)")
-    _env_option(serve, "--kube-sandbox-service-account", None, metavar="NAME",
-        help="kubernetes: the ServiceAccount of sandbox pods (default: the namespace's; no token is mounted)")
-    _env_option(serve, "--api-key-secret", None, metavar="NAME",
-        help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key")
-    _env_option(serve, "--redis-url", None, metavar="URL",
-        help="run as one of several replicas sharing this Redis (route cache, activation locks, activity); "
-        "without it this replica works alone")
-    _env_option(serve, "--replica-id", defaults.replica_id,
-        help="this replica's name among the others (default: $POD_NAME, else host name and pid)")
-    _env_option(serve, "--lease-duration", defaults.lease_duration, type=float, metavar="S",
-        help="kubernetes: seconds before another replica takes over the background loops of a dead leader "
+    _env_option(serve, "--header-timeout", defaults.header_timeout, type=_seconds, metavar="S",
+        help="close a connection whose request head is not complete S seconds after it opened or the request "
+        "began; never while a response is sent (default %(default)s)")
+    _env_option(serve, "--body-timeout", defaults.body_timeout, type=_seconds, metavar="S",
+        help="close a connection whose request body, while the server reads it, sends nothing for S seconds "
         "(default %(default)s)")
+    _env_option(serve, "--keep-alive-timeout", defaults.keep_alive_timeout, type=_whole_seconds, metavar="S",
+        help="close a connection idle S whole seconds after a response (default %(default)s)")
+    _env_option(serve, "--max-connections", defaults.max_connections, type=_whole, metavar="N",
+        help="client connections open at once; past it a new one replaces the longest idle, or is closed when "
+        "none is idle (default 0: half of the fd limit left past --fd-reserve)")
+    _env_option(serve, "--max-connections-per-client", defaults.max_connections_per_client, type=_whole,
+        metavar="N", help="connections served at once per client address; past it 503 + Retry-After (0: no cap; "
+        "behind a proxy every client shares its address; default %(default)s)")
+    _env_option(serve, "--fd-reserve", defaults.fd_reserve, type=_whole, metavar="N",
+        help="file descriptors client connections never take, for sandboxes, upstream sockets, SQLite and CRIU; "
+        "the soft fd limit is raised to the hard one at start (default %(default)s)")
     # fmt: on
+
+
+def _connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    return ConnectionLimits(
+        header_timeout=args.header_timeout, body_timeout=args.body_timeout, keep_alive_timeout=args.keep_alive_timeout,
+        max_connections=args.max_connections, max_connections_per_client=args.max_connections_per_client,
+        fd_reserve=args.fd_reserve,
+    )  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -224,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
         "with ENOSPC (off: sandboxes share the data directory's filesystem unlimited; default %(default)s)")
     # fmt: on
     _add_limits(serve, defaults)
+    _add_connection_limits(serve, defaults.connections)
     _add_runtime(serve, defaults)
 
     keys = commands.add_parser("keys", help="create, list, update and revoke API keys")
@@ -323,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     api_key_secret=args.api_key_secret, redis_url=args.redis_url, replica_id=args.replica_id,
                     lease_duration=float(args.lease_duration), sandbox_dns=tuple(args.sandbox_dns),
                     sandbox_denied_cidrs=tuple(args.sandbox_denied_cidr), sandbox_ca_certs=args.sandbox_ca_certs,
-                    sandbox_internet=args.sandbox_internet == "on",
+                    sandbox_internet=args.sandbox_internet == "on", connections=_connection_limits(args),
                     key_limits=KeyLimits(max_sandboxes=args.key_max_sandboxes, max_memory_mb=args.key_max_memory_mb,
                                          max_vcpus=args.key_max_vcpus),
                     sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),

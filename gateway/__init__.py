@@ -8,12 +8,12 @@ take are all the CLI needs to parse its flags.
 
 import typing
 
-from gateway._settings import ServeSettings
+from gateway._settings import ConnectionLimits, ServeSettings
 
 if typing.TYPE_CHECKING:
     from gateway._serve import cleanup, serve
 
-__all__ = ["ServeSettings", "cleanup", "serve"]
+__all__ = ["ConnectionLimits", "ServeSettings", "cleanup", "serve"]
 
 _ON_FIRST_USE = frozenset({"cleanup", "serve"})
 

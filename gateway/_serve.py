@@ -13,6 +13,9 @@ import uvloop
 
 from gateway._app import create_app
 from gateway._client_watch import ClientWatch
+from gateway._connection_gate import ConnectionGate
+from gateway._fd_reserve import fd_budget, raise_fd_limit
+from gateway._guarded_http import GuardedWebSocketProtocol, guarded_protocol
 from gateway._key_secret import api_key_from_secret
 from gateway._platform import Platform, open_platform
 from gateway._settings import ServeSettings
@@ -52,6 +55,12 @@ class _Server(uvicorn.Server):
     """
 
     stopped_by: int | None = None
+    gate: ConnectionGate | None = None  # its refusals are logged every 10 s
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.gate is not None and counter % 100 == 0:  # uvicorn ticks every 0.1 s
+            self.gate.report()
+        return await super().on_tick(counter)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.stopped_by = sig
@@ -62,9 +71,19 @@ class _Server(uvicorn.Server):
 
 async def _serve(settings: ServeSettings) -> int | None:
     """Serve until a signal; the signal (None if the server stopped on its own)."""
+    try:
+        budget = fd_budget(settings.connections, raise_fd_limit())
+    except ValueError as exc:
+        sys.exit(f"agent-sandbox: {exc}")
+    gate = ConnectionGate(max_total=budget.max_total, max_per_client=budget.max_per_client)
     async with open_platform(settings) as platform:
         await _bootstrap_key(settings, platform)
-        server = _Server(_config(settings, create_app(platform)))
+        server = _Server(_config(settings, create_app(platform), gate))
+        server.gate = gate
+        _log.info(
+            "client connections: at most %d, %s per address; %d of %d file descriptors kept for the server",
+            gate.max_total, gate.max_per_client or "no cap", settings.connections.fd_reserve, budget.fd_limit,
+        )  # fmt: skip
         _log.info(
             "serving on http://%s:%d (sandboxes at <port>-<id>.%s)", settings.host, settings.port, settings.domain
         )
@@ -94,14 +113,15 @@ def cleanup(settings: ServeSettings) -> None:
     uvloop.run(_cleanup(settings))
 
 
-def _config(settings: ServeSettings, app: ClientWatch) -> uvicorn.Config:
+def _config(settings: ServeSettings, app: ClientWatch, gate: ConnectionGate) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
-        ws="websockets-sansio",
+        http=guarded_protocol(settings.connections, gate),  # httptools, with the connection limits
+        ws=GuardedWebSocketProtocol,  # websockets-sansio
+        timeout_keep_alive=settings.connections.keep_alive_timeout,
         lifespan="off",  # resources live in `open_platform`, around the server
         log_level=settings.log_level,
         access_log=False,

@@ -11,9 +11,20 @@ import msgspec
 from activator import DEFAULT_KEY_LIMITS, KeyLimits
 from pool import HostCeiling
 
-__all__ = ["DEFAULT_TEMPLATES", "ServeSettings"]
+__all__ = ["DEFAULT_TEMPLATES", "ConnectionLimits", "ServeSettings"]
 
 DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+class ConnectionLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """How long and how many client connections the gateway keeps (docs/security.md, "Limits")."""
+
+    header_timeout: float = 10.0  # seconds from accept (or a request's first byte) to a complete head; then closed
+    body_timeout: float = 30.0  # seconds a request body being read may send nothing; then closed
+    keep_alive_timeout: int = 5  # seconds a connection may wait for its next request (uvicorn's, whole seconds)
+    max_connections: int = 0  # in total (0: half of what the fd limit leaves past the reserve); then idle evicted
+    max_connections_per_client: int = 1000  # per client address (0: no cap); past it a 503 + Retry-After
+    fd_reserve: int = 1024  # file descriptors client connections never take (sandboxes, upstreams, SQLite, CRIU)
 
 
 class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +67,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     # all sandboxes together may use on this machine (the parent cgroup's ceiling); docs/security.md, "Per-key limits"
     key_limits: KeyLimits = DEFAULT_KEY_LIMITS
     sandboxes_ceiling: HostCeiling = HostCeiling()
+    connections: ConnectionLimits = ConnectionLimits()
     # local: each sandbox's writable layer on a filesystem of its template's disk_mb (off: none; docs/security.md)
     sandbox_disk_limit: bool = True
 
