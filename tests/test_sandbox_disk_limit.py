@@ -7,7 +7,9 @@ device even while other sandboxes run; and the filesystem comes back after a reb
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from pool import LocalRuntime, Template
 from pool._local import _core, _snapshots
 from pool._local._disk import BYTES_PER_INODE, DiskImages
-from tests.runtime_fixtures import TEMPLATES, local_runtime, spec
+from tests.runtime_fixtures import TEMPLATES, local_runtime, new_runtime, runtime_settings, spec
 from tests.sandbox_exec import run_in_sandbox
 
 pytestmark = pytest.mark.anyio
@@ -123,3 +125,37 @@ async def test_a_snapshotted_sandboxs_filesystem_is_mounted_again_after_a_reboot
     assert not os.path.ismount(directory / "disk")
     await rt.restore(spec("rebooted", _small()))
     assert (await run_in_sandbox(rt, "rebooted", "cat $HOME/marker")).stdout == "kept\n"
+
+
+async def test_a_tenants_stalled_walks_do_not_hold_another_sandboxs_start_or_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no filesystem of its own (the limit off) a sandbox's size is a walk: however many of them hang, they
+    wait in their own pool (`_workers`), and a start and a stop still go through."""
+    release = threading.Event()
+
+    def stalled_walk(root: Path) -> int:
+        release.wait(120)
+        return 0
+
+    monkeypatch.setattr(_core, "tree_size", stalled_walk)
+    settings = msgspec.structs.replace(runtime_settings(tmp_path, criu=False), disk_limit=False)
+    runtime = new_runtime(settings)
+    await asyncio.to_thread(runtime.images.build, TEMPLATES["base"], lambda _line: None)  # no-op when built
+    try:
+        await runtime.start(spec("walked"))
+        polls = [asyncio.create_task(runtime.stats("walked")) for _ in range(24)]
+        await asyncio.sleep(0.2)
+        async with asyncio.timeout(60):
+            await runtime.start(spec("other"))
+            assert (await run_in_sandbox(runtime, "other", "echo ok")).stdout == "ok\n"
+            await runtime.stop("other")
+        assert not any(poll.done() for poll in polls)
+        release.set()
+        await asyncio.gather(*polls)
+    finally:
+        release.set()
+        for sandbox_id in runtime.sandbox_ids():
+            await runtime.stop(sandbox_id)
+        await runtime.criu_trial()
+        runtime.close()

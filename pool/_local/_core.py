@@ -35,6 +35,7 @@ from pool._local._seccomp import seccomp_filter
 from pool._local._slots import SlotAllocator
 from pool._local._syscalls import set_child_subreaper
 from pool._local._userns import IDS_PER_SANDBOX, host_id_base
+from pool._local._workers import Workers
 from pool._runtime import EgressRules, SandboxSpec, SandboxStats, SnapshotInfo
 from pool._template_start import bring_up
 from pool._templates import Resources
@@ -74,6 +75,7 @@ class LocalSandboxes:
         self._egress = Egress(settings.egress, self._sockets)
         self._files = SandboxFiles(ca_certs=settings.ca_certs, dns_address=DNS_ADDRESS)
         self._disks = DiskImages(enabled=settings.disk_limit)
+        self.workers = Workers()
         self._seccomp = seccomp_filter()
         ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
         self._root = settings.data_dir / "sandboxes"
@@ -106,7 +108,9 @@ class LocalSandboxes:
         self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
         self._preparing.add(spec.sandbox_id)
         try:
-            box = await asyncio.to_thread(self._prepare, spec.sandbox_id, layers, spec.template.resources)
+            box = await self.workers.run(
+                self.workers.lifecycle, self._prepare, spec.sandbox_id, layers, spec.template.resources
+            )
         finally:
             self._preparing.discard(spec.sandbox_id)
         self._sandboxes[spec.sandbox_id] = box
@@ -139,7 +143,9 @@ class LocalSandboxes:
         return box
 
     async def _launch(self, box: Sandbox, layers: list[Path]) -> None:
-        await launch(box, layers, seccomp=self._seccomp, within=self._settings.start_timeout)
+        await launch(
+            box, layers, seccomp=self._seccomp, within=self._settings.start_timeout, pool=self.workers.lifecycle
+        )
         box.fresh_netns = True
         self._adopt(box)
 
@@ -202,7 +208,7 @@ class LocalSandboxes:
         if box is None:
             return
         box.stopping = True
-        await asyncio.to_thread(self._teardown, box, keep_files)
+        await self.workers.run(self.workers.lifecycle, self._teardown, box, keep_files)
 
     def _teardown(self, box: Sandbox, keep_files: bool) -> None:
         box.cgroup.kill_all()
@@ -282,7 +288,8 @@ class LocalSandboxes:
         pct = 100.0 * (usage.cpu_seconds - cpu_then) / max(now - then, 1e-6) / res.cpu_count
         disk = disk_usage(box.directory)  # one statvfs
         if disk is None:  # no filesystem of its own (the limit is off): a walk, off the shared thread pool
-            disk_used, disk_total = await asyncio.to_thread(tree_size, box.directory / "upper"), res.disk_mb << 20
+            walked = await self.workers.run(self.workers.walks, tree_size, box.directory / "upper")
+            disk_used, disk_total = walked, res.disk_mb << 20
         else:
             disk_used, disk_total = disk.bytes_used, disk.bytes_total
         return SandboxStats(
@@ -293,6 +300,7 @@ class LocalSandboxes:
 
     def close(self) -> None:
         """Release host resources; the parent cgroup goes too once no sandbox is left in it."""
+        self.workers.close()
         self._egress.close()
         self._sockets.close()
         for root in set(self._cgroups.values()):

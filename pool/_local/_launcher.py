@@ -11,6 +11,8 @@ sandbox: nothing is left on the host when its processes are gone.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import json
 import os
 import subprocess
@@ -132,15 +134,18 @@ def drop_other_sandboxes_mounts(sandbox_dir: Path) -> None:
             unmount_lazily(point)
 
 
-async def launch(box: Sandbox, layers: list[Path], *, seccomp: bytes, within: float) -> None:
+async def launch(
+    box: Sandbox, layers: list[Path], *, seccomp: bytes, within: float, pool: concurrent.futures.Executor
+) -> None:
     """Start the sandbox's process tree over `layers`; sets `box.process` and `box.pid` once the executor is up.
 
-    `within` bounds the wait for bubblewrap's status and the executor's readiness.
+    `within` bounds the wait for bubblewrap's status and the executor's readiness; the fork runs on `pool`.
     """
     status_r, status_w = os.pipe()
     ready_r, ready_w = os.pipe()
     try:
-        box.process = await asyncio.to_thread(_spawn, box, layers, seccomp, status_w, ready_w)
+        spawn = functools.partial(_spawn, box, layers, seccomp, status_w, ready_w)
+        box.process = await asyncio.get_running_loop().run_in_executor(pool, spawn)
     finally:
         os.close(status_w)
         os.close(ready_w)

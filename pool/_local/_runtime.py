@@ -10,7 +10,6 @@ pinned layers) and re-runs `/init`, the template's start commands and the sandbo
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import shutil
@@ -91,7 +90,7 @@ class LocalRuntime(LocalSandboxes):
         """Build an operator's template's missing layers: on the host, or in build sandboxes (then started once)
         when it has sandboxed layers. A built-in template names no uploaded files (TemplateBuildFailed if one does)."""
         if not has_sandboxed_layers(template):
-            await asyncio.to_thread(self.images.build, template, log)
+            await self.workers.run(self.workers.builds, self.images.build, template, log)
             return
 
         def no_uploads(files_hash: str) -> Path:
@@ -133,31 +132,35 @@ class LocalRuntime(LocalSandboxes):
         box.stopping = True  # from here on its end is no crash
         self._egress.detach(sandbox_id)  # its proxied connections end first: their host ends are not in an image
         kind: SnapshotKind = "criu" if criu is not None else "filesystem"
-        await asyncio.to_thread(box.set_snapshot_info, SnapshotInfo(kind=kind, seconds=0.0, image_bytes=0))
+        await self.workers.run(
+            self.workers.lifecycle, box.set_snapshot_info, SnapshotInfo(kind=kind, seconds=0.0, image_bytes=0)
+        )
         if criu is not None and not await self._checkpoint(box, criu):
             if foreign_processes(box.cgroup.pids(), box.start_pids()):
                 await self._run_on(box)
                 raise CheckpointFailed(f"sandbox {sandbox_id}: its memory could not be snapshotted (CRIU)")
             kind = "filesystem"  # only the template's own processes ran: its start commands bring them back
         del self._sandboxes[sandbox_id]
-        await asyncio.to_thread(self._teardown, box, True)
+        await self.workers.run(self.workers.lifecycle, self._teardown, box, True)
         seconds = time.monotonic() - started
-        info = self._snapshots[sandbox_id] = await asyncio.to_thread(_record, box, kind, seconds)
+        info = self._snapshots[sandbox_id] = await self.workers.run(self.workers.snapshots, _record, box, kind, seconds)
         _log.info("sandbox %s: snapshot (%s) in %.0f ms, %d bytes", sandbox_id, kind, seconds * 1000, info.image_bytes)
         return info
 
     async def _run_on(self, box: Sandbox) -> None:
         """Undo a snapshot's first steps after its dump failed: the sandbox runs on, reachable as before."""
         box.stopping = False
-        await asyncio.to_thread(box.set_snapshot_info, None)
+        await self.workers.run(self.workers.lifecycle, box.set_snapshot_info, None)
         self._dump_failed.add(box.sandbox_id)
-        await self._connect(box, await asyncio.to_thread(box.egress_rules))
+        await self._connect(box, await self.workers.run(self.workers.lifecycle, box.egress_rules))
 
     async def _checkpoint(self, box: Sandbox, criu: CriuBinary) -> bool:
         """Dump the sandbox's memory with CRIU; on failure it is left as it was and only its files are kept."""
         freezer = box.cgroup.freezer_path()
         try:
-            await asyncio.to_thread(checkpoint, criu, sandbox_dir=box.directory, pid=box.pid, freezer=freezer)
+            await self.workers.run(
+                self.workers.snapshots, checkpoint, criu, sandbox_dir=box.directory, pid=box.pid, freezer=freezer
+            )
         except RuntimeFailure as exc:
             _log.warning("sandbox %s: checkpoint failed, the snapshot keeps its files only: %s", box.sandbox_id, exc)
             return False
@@ -173,10 +176,12 @@ class LocalRuntime(LocalSandboxes):
             raise SandboxGone(f"sandbox {sandbox_id} is not snapshotted")
         layers = self._pinned_layers(box)
         if info.kind == "criu" and not memory:  # a cold boot: the image goes for good, the files stay
-            info = self._snapshots[sandbox_id] = await asyncio.to_thread(_downgrade, box)
+            info = self._snapshots[sandbox_id] = await self.workers.run(self.workers.snapshots, _downgrade, box)
         self._sandboxes[sandbox_id] = box
         try:
-            await asyncio.to_thread(self._disks.attach, box.directory)  # mounted still, unless the host rebooted
+            await self.workers.run(
+                self.workers.lifecycle, self._disks.attach, box.directory
+            )  # mounted still, unless the host rebooted
             box.cgroup.create(box.resources)
             if info.kind == "criu" and await self._restore_memory(box, layers):
                 await self._connect(box, spec.egress)
@@ -189,10 +194,12 @@ class LocalRuntime(LocalSandboxes):
         except BaseException:
             self._sandboxes.pop(sandbox_id, None)
             box.stopping = True
-            await asyncio.to_thread(self._teardown, box, True)  # still snapshotted: its record is untouched
+            await self.workers.run(
+                self.workers.lifecycle, self._teardown, box, True
+            )  # still snapshotted: its record is untouched
             raise
         del self._snapshots[sandbox_id]
-        await asyncio.to_thread(_forget_snapshot, box)
+        await self.workers.run(self.workers.snapshots, _forget_snapshot, box)
 
     @staticmethod
     def _pinned_layers(box: Sandbox) -> list[Path]:
@@ -211,13 +218,13 @@ class LocalRuntime(LocalSandboxes):
         try:
             if criu is None:
                 raise RuntimeFailure(f"CRIU does not work here: {(await self._criu.status()).reason}")
-            box.pid = await asyncio.to_thread(
-                restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
+            box.pid = await self.workers.run(
+                self.workers.snapshots, restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
                 cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
             )  # fmt: skip
         except RuntimeFailure as exc:
             _log.warning("sandbox %s: memory image not restored, starting over its files: %s", box.sandbox_id, exc)
-            self._snapshots[box.sandbox_id] = await asyncio.to_thread(_downgrade, box)
+            self._snapshots[box.sandbox_id] = await self.workers.run(self.workers.snapshots, _downgrade, box)
             return False
         self._adopt(box)
         return True
@@ -232,7 +239,7 @@ class LocalRuntime(LocalSandboxes):
             if box is None:
                 shutil.rmtree(directory, ignore_errors=True)  # died before its slot was recorded
                 continue
-            found = await asyncio.to_thread(self._settle, box)
+            found = await self.workers.run(self.workers.snapshots, self._settle, box)
             if isinstance(found, SnapshotInfo):
                 self._snapshots[box.sandbox_id] = found
             elif found:

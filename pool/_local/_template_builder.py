@@ -87,7 +87,10 @@ class LocalTemplateBuilder:
         if not isinstance(base, OciLayer) or base.digest:
             return template
         try:
-            pinned = await asyncio.to_thread(_oci.pin, base.image, registry, lambda line: log(0, "info", line))
+            workers = self._sandboxes.workers
+            pinned = await workers.run(
+                workers.builds, _oci.pin, base.image, registry, lambda line: log(0, "info", line)
+            )
         except _oci.RegistryError as exc:
             raise TemplateBuildFailed(_oci.unavailable(base.image, exc), layer=0) from exc
         log(0, "info", f"base: {base.image} is {pinned.digest}")
@@ -121,7 +124,7 @@ class LocalTemplateBuilder:
             return self._sandboxes.images.build(below, lambda line: log(count - 1, "info", line), registry=registry)
 
         try:
-            await asyncio.to_thread(build)
+            await self._sandboxes.workers.run(self._sandboxes.workers.builds, build)
         except ImageBuildError as exc:
             raise TemplateBuildFailed(str(exc), layer=count - 1) from exc
 
@@ -145,7 +148,7 @@ class LocalTemplateBuilder:
             connect = functools.partial(sandboxes.open_socket, sandbox_id, ENVD_PORT)
             if isinstance(layer, CopyLayer):
                 try:
-                    archive = await asyncio.to_thread(files(layer.files).read_bytes)
+                    archive = await sandboxes.workers.run(sandboxes.workers.builds, files(layer.files).read_bytes)
                 except (OSError, KeyError) as exc:
                     raise TemplateBuildFailed(f"{_describe(layer)}: its files were not uploaded", layer=index) from exc
                 await write_file(await connect(), _ARCHIVE, archive, user="root", token=token)
@@ -164,8 +167,10 @@ class LocalTemplateBuilder:
                 raise TemplateBuildFailed(f"{_describe(layer)} failed ({status}): {output.tail()}", layer=index)
             await run_command(await connect(), _CLEANUP, _ignore, user="root", token=token)
             await sandboxes.stop(sandbox_id, keep_files=True)
-            upper, id_base = await asyncio.to_thread(sandboxes.take_writable_layer, sandbox_id)
-            await asyncio.to_thread(sandboxes.images.commit, key, upper, id_base)
+            upper, id_base = await sandboxes.workers.run(
+                sandboxes.workers.builds, sandboxes.take_writable_layer, sandbox_id
+            )
+            await sandboxes.workers.run(sandboxes.workers.builds, sandboxes.images.commit, key, upper, id_base)
         except PoolError as exc:
             if isinstance(exc, TemplateBuildFailed):
                 raise
