@@ -34,6 +34,7 @@ from executor.envd import MAX_ARCHIVE_BYTES, MAX_UPLOAD_BYTES
 if TYPE_CHECKING:
     from executor._agents._app import AgentApp
     from executor._archive import Archives
+    from executor._as_user import AsUser
     from executor._connect import Rpc
     from executor._files import Files
     from executor._freeze import Freezer
@@ -72,6 +73,7 @@ class _Loaded:
     watches: WatchService
     freezer: Freezer
     archives: Archives
+    as_user: AsUser
 
 
 class App:
@@ -99,6 +101,7 @@ class App:
         """Import and build everything beyond /health and /init (once)."""
         if self._loaded is None:
             from executor._archive import Archives
+            from executor._as_user import AsUser
             from executor._files import Files
             from executor._filesystem_service import FilesystemService
             from executor._freeze import Freezer
@@ -108,15 +111,17 @@ class App:
             from executor._watch_service import WatchService
 
             processes = ProcessTable(self._reaper)
-            watches = WatchService(self._defaults)
+            as_user = AsUser(self._reaper)
+            as_user.prepare(self._defaults.user)
+            watches = WatchService(self._defaults, as_user)
             services = {
                 "process.Process": ProcessService(processes, self._defaults, self._settings.process_path).methods(),
-                "filesystem.Filesystem": FilesystemService(self._defaults).methods() | watches.methods(),
+                "filesystem.Filesystem": FilesystemService(self._defaults, as_user).methods() | watches.methods(),
             }
             rpcs = {f"/{service}/{name}": rpc for service, methods in services.items() for name, rpc in methods.items()}
-            files = Files(self._defaults, self._settings.max_upload_bytes)
+            files = Files(self._defaults, self._settings.max_upload_bytes, as_user)
             archives = Archives(self._defaults, self._settings.max_archive_bytes)
-            self._loaded = _Loaded(rpcs, files, Metrics(), processes, watches, Freezer(), archives)
+            self._loaded = _Loaded(rpcs, files, Metrics(), processes, watches, Freezer(), archives, as_user)
         return self._loaded
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -138,6 +143,7 @@ class App:
             await self._agents.close()
         if self._loaded is not None:
             self._loaded.watches.close()
+            self._loaded.as_user.close()
             await self._loaded.processes.kill_all(grace=STOP_GRACE_SECONDS)
 
     async def handle(self, request: Request, response: Response) -> None:

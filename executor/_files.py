@@ -3,9 +3,13 @@
 Both take the user from `?username=` (else the default user) and accept the access token or a URL
 signature. Downloads stream the file, gzip-compressed when the client accepts it. Uploads are
 multipart (`file` parts named by their filename, or by `?path=`) or a raw octet-stream body to
-`?path=`, optionally `Content-Encoding: gzip`; they are written to disk as they arrive, into the
-destination itself (as envd does: a failed upload leaves a partial file), with missing parent
-directories created. Everything created is owned by the user. The `X-Metadata-*` headers are every
+`?path=`, optionally `Content-Encoding: gzip`; they are written to disk as they arrive, and the
+files of a rejected or failed request are removed, while an old file being replaced survives it
+(written beside it, renamed over it once the whole body has arrived: `_fs_ops`). Missing
+parent directories are created. Everything created is owned by the user. Every file operation runs
+with the named user's rights (`_as_user`): what that user may not read or write is 403, as a shell
+of that user gets EACCES; only the bytes themselves are copied by the executor, through the file
+descriptor the user's own open() gave. The `X-Metadata-*` headers are every
 uploaded file's metadata (`_metadata`: validated before anything is written, then the file's whole
 set), and the answer lists each file with the metadata it kept. At most `max_upload_bytes`
 (decompressed) are accepted per request: past that the answer is 413 and the rest is not read.
@@ -14,6 +18,7 @@ Errors are E2B's JSON `{"code": <status>, "message": "..."}`.
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
 from collections.abc import AsyncIterator
@@ -21,17 +26,21 @@ from typing import BinaryIO
 
 import msgspec
 
+from executor import _fs_ops
+from executor._as_user import AsUser
 from executor._auth import check_file_access
 from executor._defaults import Defaults
-from executor._errors import ExecutorError, InvalidArgument, NotFound, PayloadTooLarge, os_errors
+from executor._errors import ExecutorError, InvalidArgument, PayloadTooLarge, os_errors
 from executor._exchange import Request, Response
-from executor._metadata import metadata_from_headers, read_metadata, replace_metadata
+from executor._metadata import metadata_from_headers
 from executor._multipart import PART_END, MultipartParser, PartStart, boundary_of
-from executor._paths import ensure_dirs, resolve
+from executor._paths import resolve
 from executor._users import User, lookup
 from executor.envd import EntryInfo
 
 __all__ = ("Files",)
+
+logger = logging.getLogger("executor")
 
 CHUNK = 64 * 1024
 JSON = "application/json"
@@ -40,18 +49,19 @@ JSON = "application/json"
 class Files:
     """The /files endpoint."""
 
-    def __init__(self, defaults: Defaults, max_upload_bytes: int) -> None:
+    def __init__(self, defaults: Defaults, max_upload_bytes: int, as_user: AsUser) -> None:
         self._defaults = defaults
         self._max_upload_bytes = max_upload_bytes
+        self._as_user = as_user
 
     async def download(self, request: Request, response: Response) -> None:
         try:
-            path = self._authorize(request, "read")[0]
-            file = _open_for_download(path)
+            path, user = self._authorize(request, "read")
+            opened = await self._as_user.run(user, _fs_ops.open_for_download, path)
         except ExecutorError as exc:
             await response.send_error_json(exc)
             return
-        with file:
+        with os.fdopen(opened.fd, "rb") as file:
             await _send_file(file, path, _accepts_gzip(request.headers.get("accept-encoding", "")), response)
 
     async def upload(self, request: Request, response: Response) -> None:
@@ -66,7 +76,7 @@ class Files:
             if media_type == "application/octet-stream":
                 if not request.query.get("path"):
                     raise InvalidArgument("the path query parameter is required for a raw body upload")
-                written = [await _save(target, body, user, metadata)]
+                written = [await _Uploads(self._as_user, user, metadata).save(target, body)]
             elif media_type.startswith("multipart/"):
                 boundary = boundary_of(request.headers["content-type"])
                 written = await self._save_parts(body, boundary, request.query.get("path"), user, metadata)
@@ -89,28 +99,20 @@ class Files:
         self, body: AsyncIterator[bytes], boundary: bytes, query_path: str | None, user: User, metadata: dict[str, str]
     ) -> list[EntryInfo]:
         parser = MultipartParser(boundary)
-        paths: list[str] = []
-        fd: int | None = None
-        try:
+        uploads = _Uploads(self._as_user, user, metadata)
+        async with uploads:
             async for chunk in body:
                 for event in parser.feed(chunk):
                     if isinstance(event, PartStart) and event.name == "file":
-                        path = self._part_path(query_path or event.filename, user, paths)
-                        fd = _open_for_upload(path, user)
-                        paths.append(path)
-                    elif isinstance(event, bytes) and fd is not None:
-                        _write_all(fd, event, paths[-1])
-                    elif event is PART_END and fd is not None:
-                        replace_metadata(fd, paths[-1], metadata)
-                        os.close(fd)
-                        fd = None
+                        await uploads.open(self._part_path(query_path or event.filename, user, uploads.paths))
+                    elif isinstance(event, bytes):
+                        uploads.write(event)
+                    elif event is PART_END:
+                        uploads.close_current()
             parser.close()
-        finally:
-            if fd is not None:
-                os.close(fd)
-        if not paths:
-            raise InvalidArgument("no 'file' part in the multipart body")
-        return [_written(path) for path in paths]
+            if not uploads.paths:
+                raise InvalidArgument("no 'file' part in the multipart body")
+            return await uploads.finish()
 
     def _part_path(self, name: str | None, user: User, written: list[str]) -> str:
         if not name:
@@ -130,6 +132,68 @@ class Files:
 
     def _too_large(self) -> str:
         return f"upload is larger than the limit of {self._max_upload_bytes} bytes"
+
+
+class _Uploads:
+    """The files of one upload request: all put in place by `finish()`, or all abandoned if the request fails."""
+
+    def __init__(self, as_user: AsUser, user: User, metadata: dict[str, str]) -> None:
+        self._as_user = as_user
+        self._user = user
+        self._metadata = metadata
+        self._pending: list[_fs_ops.Upload] = []
+        self._fd: int | None = None  # of the file being written, the last one opened
+        self.paths: list[str] = []  # as the request names them, in the order they came
+
+    async def __aenter__(self) -> _Uploads:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close_current()
+        while self._pending:  # not finished: the request failed, and its own error is what the client hears
+            upload = self._pending.pop()
+            try:
+                await self._as_user.run(self._user, _fs_ops.abandon_upload, upload.partial, upload.created)
+            except ExecutorError as exc:
+                logger.warning("could not remove the temporary file of a failed upload: %s", exc.message)
+
+    async def save(self, path: str, body: AsyncIterator[bytes]) -> EntryInfo:
+        """One whole file (a raw body)."""
+        async with self:
+            await self.open(path)
+            async for chunk in body:
+                self.write(chunk)
+            return (await self.finish())[0]
+
+    async def open(self, path: str) -> None:
+        user = self._user
+        upload = await self._as_user.run(user, _fs_ops.open_for_upload, path, user.uid, user.gid, self._metadata)
+        self._pending.append(upload)
+        self.paths.append(path)
+        self._fd = upload.fd
+
+    def write(self, data: bytes) -> None:
+        if self._fd is None:
+            return  # a part that is no file
+        view = memoryview(data)
+        with os_errors(f"error writing '{self.paths[-1]}'"):
+            while view:
+                view = view[os.write(self._fd, view) :]
+
+    def close_current(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    async def finish(self) -> list[EntryInfo]:
+        """Put every file in place; their entries for the answer."""
+        self.close_current()
+        written = []
+        for upload, path in zip(self._pending, self.paths, strict=True):
+            finished = _fs_ops.finish_upload
+            written.append(await self._as_user.run(self._user, finished, upload.temporary, upload.destination, path))
+        self._pending.clear()
+        return written
 
 
 def _decoded(request: Request) -> AsyncIterator[bytes]:
@@ -154,52 +218,6 @@ async def _gunzip(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield decompressor.flush()
     except zlib.error as exc:
         raise InvalidArgument(f"invalid gzip body: {exc}") from exc
-
-
-async def _save(path: str, body: AsyncIterator[bytes], user: User, metadata: dict[str, str]) -> EntryInfo:
-    fd = _open_for_upload(path, user)
-    try:
-        async for chunk in body:
-            _write_all(fd, chunk, path)
-        replace_metadata(fd, path, metadata)
-    finally:
-        os.close(fd)
-    return _written(path)
-
-
-def _open_for_download(path: str) -> BinaryIO:
-    with os_errors(f"error opening '{path}'"):
-        if not os.path.lexists(path):
-            raise NotFound(f"path '{path}' does not exist")
-        if os.path.isdir(path):
-            raise InvalidArgument(f"path '{path}' is a directory")
-        return open(path, "rb")
-
-
-def _open_for_upload(path: str, user: User) -> int:
-    ensure_dirs(os.path.dirname(path), user.uid, user.gid)
-    if os.path.isdir(path):
-        raise InvalidArgument(f"path is a directory: {path}")
-    with os_errors(f"error opening '{path}' for writing"):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        try:
-            os.fchown(fd, user.uid, user.gid)
-        except OSError:
-            os.close(fd)
-            raise
-    return fd
-
-
-def _write_all(fd: int, data: bytes, path: str) -> None:
-    view = memoryview(data)
-    with os_errors(f"error writing '{path}'"):
-        while view:
-            view = view[os.write(fd, view) :]
-
-
-def _written(path: str) -> EntryInfo:
-    """The answer's entry for one file: envd's REST form (type "file"), with the metadata read back from disk."""
-    return EntryInfo(os.path.basename(path), "file", path, metadata=read_metadata(path))
 
 
 async def _send_file(file: BinaryIO, path: str, gzip: bool, response: Response) -> None:

@@ -2,7 +2,8 @@
 
 The paths are plain paths of the sandbox's own filesystem: `..` is allowed and resolves as usual
 (`/home/user/../../etc/passwd` is `/etc/passwd`); the sandbox boundary, not this module, is what
-keeps callers inside the sandbox.
+keeps callers inside the sandbox, and the user's own rights (`_as_user`) what keeps them out of
+what that user may not touch.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ def resolve(path: str, user: User, workdir: str | None = None) -> str:
     return os.path.normpath(os.path.join(user.home, path))
 
 
-def ensure_dirs(path: str, uid: int, gid: int) -> None:
-    """Create `path` and its missing parents, each owned by uid:gid; existing ones are left alone."""
+def ensure_dirs(path: str, uid: int, gid: int) -> list[str]:
+    """Create `path` and its missing parents, each owned by uid:gid; existing ones are left alone.
+
+    The directories it made, outermost first.
+    """
     missing: list[str] = []
     current = path
     while not os.path.isdir(current):
@@ -46,10 +50,13 @@ def ensure_dirs(path: str, uid: int, gid: int) -> None:
         if parent == current:
             break
         current = parent
+    created: list[str] = []
     for directory in reversed(missing):
         with os_errors(f"error creating directory '{directory}'"):
             try:
                 os.mkdir(directory, 0o755)
             except FileExistsError:
                 continue  # created meanwhile by someone else
+            created.append(directory)
             os.chown(directory, uid, gid)
+    return created

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import os
 import struct
 import subprocess
@@ -121,7 +120,7 @@ def _popen(spec: Spec, stdin: int, stdout: int, stderr: int, *, new_session: boo
             env=spec.env,
             user=user.uid,
             group=user.gid,
-            extra_groups=user.groups() if _can_set_groups() else None,
+            extra_groups=user.extra_groups(),
             start_new_session=new_session,
             process_group=None if new_session else 0,
             preexec_fn=preexec,
@@ -136,16 +135,6 @@ def _popen(spec: Spec, stdin: int, stdout: int, stderr: int, *, new_session: boo
 def _take_controlling_terminal() -> None:
     """Runs in the child, after setsid(): make the PTY on stdin its controlling terminal."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-@functools.cache
-def _can_set_groups() -> bool:
-    """Whether setgroups() is allowed here (it is not in some user namespaces, nor for non-root)."""
-    try:
-        os.setgroups(os.getgroups())
-    except PermissionError:
-        return False
-    return True
 
 
 def _close(*fds: int) -> None:

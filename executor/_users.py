@@ -12,6 +12,7 @@ container does, rather than the host's /root with its shell profile.
 from __future__ import annotations
 
 import binascii
+import functools
 import os
 import pwd
 from base64 import b64decode
@@ -42,6 +43,20 @@ class User:
     def groups(self) -> list[int]:
         """Supplementary group ids, from /etc/group."""
         return os.getgrouplist(self.name, self.gid)
+
+    def extra_groups(self) -> list[int] | None:
+        """`groups()` for `subprocess.Popen(extra_groups=)`; None where setgroups() is not allowed."""
+        return self.groups() if _can_set_groups() else None
+
+
+@functools.cache
+def _can_set_groups() -> bool:
+    """Whether setgroups() is allowed here (it is not in some user namespaces, nor for non-root)."""
+    try:
+        os.setgroups(os.getgroups())
+    except PermissionError:
+        return False
+    return True
 
 
 def lookup(name: str) -> User:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import os
 
+from executor._as_user import AsUser
 from executor._connect import Call, Rpc, ServerStream, Stream, Unary
 from executor._defaults import Defaults
 from executor._entries import entry_info
-from executor._errors import ExecutorError, InvalidArgument, NotFound, PayloadTooLarge, os_errors
+from executor._errors import ExecutorError, NotFound, PayloadTooLarge
+from executor._fs_ops import check_directory
 from executor._inotify import FsEvent, Watcher
 from executor._paths import resolve
 from executor._users import from_authorization
@@ -77,8 +79,9 @@ class _Collected:
 class WatchService:
     """WatchDir, CreateWatcher, GetWatcherEvents and RemoveWatcher."""
 
-    def __init__(self, defaults: Defaults) -> None:
+    def __init__(self, defaults: Defaults, as_user: AsUser) -> None:
         self._defaults = defaults
+        self._as_user = as_user
         self._watchers: dict[str, _Collected] = {}
 
     def methods(self) -> dict[str, Rpc]:
@@ -95,7 +98,7 @@ class WatchService:
         self._watchers.clear()
 
     async def watch_dir(self, request: WatchRequest, call: Call, stream: Stream) -> None:
-        collected = self._watch(request, call)
+        collected = await self._watch(request, call)
         try:
             await stream.send(WatchDirResponse(start=Empty()))
             while True:
@@ -105,9 +108,9 @@ class WatchService:
         finally:
             collected.watcher.close()
 
-    def create_watcher(self, request: WatchRequest, call: Call) -> WatcherIdResponse:
+    async def create_watcher(self, request: WatchRequest, call: Call) -> WatcherIdResponse:
         watcher_id = "w" + os.urandom(8).hex()
-        self._watchers[watcher_id] = self._watch(request, call)
+        self._watchers[watcher_id] = await self._watch(request, call)
         return WatcherIdResponse(watcher_id)
 
     def get_watcher_events(self, request: WatcherRequest, call: Call) -> GetWatcherEventsResponse:
@@ -118,13 +121,11 @@ class WatchService:
         del self._watchers[request.id]
         return Empty()
 
-    def _watch(self, request: WatchRequest, call: Call) -> _Collected:
+    async def _watch(self, request: WatchRequest, call: Call) -> _Collected:
+        """A watch of a directory the user may read (`_fs_ops.check_directory`, with its rights)."""
         user = from_authorization(call.headers.get("authorization"), self._defaults.user)
         path = resolve(request.path, user, self._defaults.workdir)
-        with os_errors(f"error watching '{path}'"):
-            if not os.path.isdir(path):
-                os.stat(path)  # raises NotFound when missing
-                raise InvalidArgument(f"path {path} is not a directory")
+        await self._as_user.run(user, check_directory, path)
         return _Collected(request, path)
 
     def _find(self, watcher_id: str) -> _Collected:

@@ -74,9 +74,11 @@ def test_download_sets_type_disposition_and_length(envd: Envd, workdir: str) -> 
 
 def test_uploads_are_owned_by_the_named_user(envd: Envd, workdir: str) -> None:
     sandbox = envd.sandbox()
+    assert sandbox.commands.run(f"chmod 777 {workdir}").exit_code == 0  # nobody writes there with its own rights
     sandbox.files.write(f"{workdir}/owned/by/nobody.txt", "x", user="nobody")
     assert sandbox.files.get_info(f"{workdir}/owned/by/nobody.txt").owner == "nobody"
     assert sandbox.files.get_info(f"{workdir}/owned").owner == "nobody"
+    sandbox.files.remove(f"{workdir}/owned", user="nobody")  # its own: the default user may not remove them
 
 
 def test_missing_file_is_404_and_a_directory_is_400(envd: Envd, workdir: str) -> None:
