@@ -10,26 +10,32 @@ share a cap with them. Nothing asserts how fast: only what happens, with generou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 import resource
 import select
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import msgspec
 import pytest
+import uvicorn
 from e2b import Sandbox
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 
 from gateway._connection_gate import Admission, ConnectionGate
 from gateway._fd_reserve import fd_budget
+from gateway._guarded_http import guarded_protocol
 from gateway._settings import ConnectionLimits
 from tests.polling import DEADLINE, wait_for
 from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir, wait_for_port
+from tests.test_gateway_http_proxy import run, serving_config
 
 FLOOD = 21_000
 PER_CLIENT = 50
@@ -116,6 +122,68 @@ def test_the_budget_keeps_the_reserve_and_gives_connections_half_the_rest() -> N
     assert fd_budget(ConnectionLimits(max_connections=50_000, fd_reserve=1000), 20_000).max_total == 19_000
     with pytest.raises(ValueError, match="--fd-reserve"):
         fd_budget(ConnectionLimits(fd_reserve=20_000), 20_000)
+
+
+# --- the protocol in process: where the body timeout must wait for the server ---
+
+SHORT = ConnectionLimits(header_timeout=5, body_timeout=0.5, keep_alive_timeout=1)
+
+
+async def echo_later(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    """Leaves the request unread for four body timeouts (as a hold does), then echoes its body's length."""
+    await asyncio.sleep(4 * SHORT.body_timeout)
+    size, more = 0, True
+    while more:
+        message = await receive()
+        assert message["type"] == "http.request"
+        size, more = size + len(message["body"]), message["more_body"]
+    body = str(size).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+@contextlib.asynccontextmanager
+async def guarded(limits: ConnectionLimits) -> AsyncIterator[int]:
+    """`echo_later` served by a real uvicorn with the gateway's protocol, on a free loopback port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    gate = ConnectionGate(max_total=100, max_per_client=10)
+    config = uvicorn.Config(echo_later, http=guarded_protocol(limits, gate), log_config=None, lifespan="off")
+    async with serving_config(config, sock) as port:
+        yield port
+
+
+async def answer(reader: asyncio.StreamReader) -> bytes:
+    """The status and body of the response `echo_later` sends, e.g. b"200 5"."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = re.search(rb"content-length: (\d+)", head)
+    assert length is not None
+    return head.split(b" ")[1] + b" " + await reader.readexactly(int(length[1]))
+
+
+def test_a_body_waiting_for_100_continue_is_not_timed_out() -> None:
+    async def scenario() -> None:
+        async with guarded(SHORT) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+            assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(b"hello")
+            assert await answer(reader) == b"200 5"
+            writer.close()
+
+    run(scenario())
+
+
+def test_a_large_body_the_server_leaves_unread_is_not_timed_out() -> None:
+    async def scenario() -> None:
+        async with guarded(SHORT) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = b"x" * (4 << 20)  # past what uvicorn buffers: it stops reading until the app does
+            writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            assert await answer(reader) == b"200 %d" % len(body)
+            writer.close()
+
+    run(scenario())
 
 
 # --- real servers ---

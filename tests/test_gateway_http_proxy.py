@@ -73,9 +73,15 @@ async def serving(app: ASGIApp) -> AsyncIterator[int]:
     """Serves ``app`` with a real uvicorn on a free loopback port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_config=None, lifespan="off", proxy_headers=False, timeout_graceful_shutdown=1)
-    )
+    config = uvicorn.Config(app, log_config=None, lifespan="off", proxy_headers=False, timeout_graceful_shutdown=1)
+    async with serving_config(config, sock) as port:
+        yield port
+
+
+@asynccontextmanager
+async def serving_config(config: uvicorn.Config, sock: socket.socket) -> AsyncIterator[int]:
+    """Serves `config` with a real uvicorn on `sock`, a bound socket."""
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:  # uvicorn offers a flag, not an event
         if task.done():
