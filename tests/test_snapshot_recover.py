@@ -66,7 +66,7 @@ async def test_a_restarted_runtime_finds_a_snapshotted_sandbox_and_restores_it_w
         assert starts == (b"started\n" if criu else b"started\nstarted\n")  # CRIU kept the server running
 
 
-async def test_a_snapshot_interrupted_by_a_crash_is_finished_after_the_restart(
+async def test_a_memory_snapshot_cut_off_by_a_crash_keeps_the_processes_and_discards_the_half_image(
     tmp_path: Path, launchers: list[subprocess.Popen[bytes]]
 ) -> None:
     await _before_the_crash(tmp_path, False, "half", launchers, snapshot=False)
@@ -77,10 +77,24 @@ async def test_a_snapshot_interrupted_by_a_crash_is_finished_after_the_restart(
     (directory / "checkpoint.new" / "pages-1.img").write_bytes(b"\0" * 4096)
 
     async with local_runtime(tmp_path, criu=False) as rt:
+        assert await rt.recover() == {"half"}  # running on (the activator snapshots it again), not files only
+        assert rt.snapshotted_ids() == set()
+        assert not (directory / "checkpoint.new").exists()
+        assert not (directory / "snapshot.json").exists()
+        assert await http_get(rt, "half", 8008, "/starts") == b"started\n"  # the same processes: no second start
+        assert await http_get(rt, "half", 8008, "/note") == b"mine\n"
+
+
+async def test_a_files_only_snapshot_interrupted_by_a_crash_is_finished_after_the_restart(
+    tmp_path: Path, launchers: list[subprocess.Popen[bytes]]
+) -> None:
+    await _before_the_crash(tmp_path, False, "half", launchers, snapshot=False)
+    directory = tmp_path / "sandboxes" / "half"
+    (directory / "snapshot.json").write_text('{"kind": "filesystem", "seconds": 0.0, "image_bytes": 0}')
+
+    async with local_runtime(tmp_path, criu=False) as rt:
         assert await rt.recover() == set()
         assert rt.snapshotted_ids() == {"half"}
-        assert not (directory / "checkpoint.new").exists()
-        assert b'"filesystem"' in (directory / "snapshot.json").read_bytes()  # no memory image survived
         await rt.restore(served("half"))
         assert await http_get(rt, "half", 8008, "/note") == b"mine\n"
 

@@ -261,13 +261,18 @@ class LocalRuntime(LocalSandboxes):
     def _settle(self, box: Sandbox) -> SnapshotInfo | int:
         """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or 0 (dead)."""
         recorded = box.snapshot_info()
+        pid = box.recorded_pid()
         if recorded is not None:
             self._disks.attach(box.directory)  # after a reboot
             info = settle(box, recorded)
+            if recorded.kind == "criu" and info.kind == "filesystem" and pid and pid in box.cgroup.pids():
+                # Its memory dump was cut off (half an image, discarded) while its processes were still there,
+                # frozen: they are kept, not lost to a files-only snapshot. The caller snapshots it again.
+                box.set_snapshot_info(None)
+                return pid
             box.stopping = True
             self._teardown(box, keep_files=True)
             return info
-        pid = box.recorded_pid()
         if pid and pid in box.cgroup.pids():
             drop_image(box.directory)  # left by a restore that was complete
             return pid
