@@ -6,7 +6,15 @@ Other packages import only the names listed here.
 from activator._activator import Activator, Page, TemplateBuildSource
 from activator._catalog import TemplateCatalog, TemplateNotFound
 from activator._coordination import Coordinator, SoloCoordinator
-from activator._e2b import ACTIVATOR, API_KEYS, MAX_BODY_BYTES, e2b_error_response, e2b_router
+from activator._e2b import (
+    ACTIVATOR,
+    API_KEYS,
+    MAX_BODY_BYTES,
+    OPENAPI_PATH,
+    e2b_error_response,
+    e2b_openapi_config,
+    e2b_router,
+)
 from activator._errors import (
     ActivatorError,
     ClientGone,
@@ -59,6 +67,7 @@ __all__ = [
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
     "MAX_SANDBOX_ID_LENGTH",
+    "OPENAPI_PATH",
     "SAMPLES_KEPT",
     "SAMPLE_INTERVAL",
     "Activator",
@@ -112,6 +121,7 @@ __all__ = [
     "TemplateRecord",
     "ToolError",
     "e2b_error_response",
+    "e2b_openapi_config",
     "e2b_router",
     "new_sandbox_id",
     "session_path",

@@ -10,9 +10,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 
 from activator._e2b._state import api_keys_from
 
-__all__ = ["EXCLUDE_FROM_AUTH", "ApiKeyAuth"]
-
-EXCLUDE_FROM_AUTH = "exclude_from_auth"  # handler opt that lets a route (health) through without a key
+__all__ = ["ApiKeyAuth"]
 
 
 class ApiKeyAuth(AbstractAuthenticationMiddleware):

@@ -6,37 +6,41 @@ from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from litestar import Response, get
+from litestar.datastructures import ResponseHeader
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, FromQuery, QueryParameter
 
 from activator._catalog import split_reference
 from activator._e2b import _convert, _wire
-from activator._e2b._auth import EXCLUDE_FROM_AUTH
+from activator._e2b._openapi import keyed_errors
 from activator._e2b._query import decode_metadata_filter, decode_states
 from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
 from activator._logs import LOG_LEVELS, LogLevel, LogLine
 from activator._records import SandboxState
 
-__all__ = ["INFO_ROUTES"]
+__all__ = ["INFO_ROUTES", "PUBLIC_INFO_ROUTES"]
 
 _Limit = Annotated[int, QueryParameter(ge=1, le=100)]
 _LogLimit = Annotated[int, QueryParameter(ge=0, le=1000)]
 _Millis = Annotated[int | None, QueryParameter(ge=0)]
 
 
-@get("/health", opt={EXCLUDE_FROM_AUTH: True}, sync_to_thread=False)
+@get("/health", sync_to_thread=False)
 def health(activator: ActivatorDep) -> dict[str, object]:
     """Liveness of the control plane, with details (sandboxes by state, held requests, CRIU); needs no API key."""
     return {"status": "ok", **activator.health()}
 
 
-@get("/sandboxes/{sandbox_id:str}")
+@get("/sandboxes/{sandbox_id:str}", responses=keyed_errors(400, 404))
 async def get_sandbox(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> _wire.SandboxDetail:
     """One sandbox; 404 when unknown, killed, or another key's."""
     return _convert.sandbox_detail(await activator.lookup(owner, sandbox_id))
 
 
-@get("/v2/sandboxes")
+_NEXT_TOKEN = ResponseHeader(name="X-Next-Token", documentation_only=True, description="the next page's token")
+
+
+@get("/v2/sandboxes", responses=keyed_errors(400), response_headers=[_NEXT_TOKEN])
 async def list_v2(
     activator: ActivatorDep,
     owner: OwnerDep,
@@ -63,7 +67,7 @@ async def list_v2(
     return Response([_convert.sandbox_listed(r) for r in page.records], headers=headers)
 
 
-@get("/sandboxes")
+@get("/sandboxes", responses=keyed_errors(400))
 async def list_v1(
     activator: ActivatorDep, owner: OwnerDep, metadata: FromQuery[str | None] = None
 ) -> list[_wire.ListedSandbox]:
@@ -72,7 +76,7 @@ async def list_v1(
     return [_convert.sandbox_listed(r) for r in page.records]
 
 
-@get("/sandboxes/{sandbox_id:str}/metrics")
+@get("/sandboxes/{sandbox_id:str}/metrics", responses=keyed_errors(400, 404))
 async def metrics(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,
@@ -86,7 +90,7 @@ async def metrics(
     return [_convert.metric(sample.at, sample.stats) for sample in samples]
 
 
-@get("/sandboxes/{sandbox_id:str}/logs", sync_to_thread=False)
+@get("/sandboxes/{sandbox_id:str}/logs", responses=keyed_errors(400, 404), sync_to_thread=False)
 def logs_v1(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,
@@ -102,7 +106,7 @@ def logs_v1(
     )
 
 
-@get("/v2/sandboxes/{sandbox_id:str}/logs", sync_to_thread=False)
+@get("/v2/sandboxes/{sandbox_id:str}/logs", responses=keyed_errors(400, 404), sync_to_thread=False)
 def logs_v2(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,
@@ -127,7 +131,7 @@ def logs_v2(
     return _wire.LogsV2(logs=[_convert.log_entry(line) for line in wanted[:limit]])
 
 
-@get(["/templates", "/v2/templates"], sync_to_thread=False)
+@get(["/templates", "/v2/templates"], responses=keyed_errors(), sync_to_thread=False)
 def templates(activator: ActivatorDep, owner: OwnerDep) -> list[_wire.TemplateOut]:
     """The built-in templates, shared by all keys, then the key's own, each with its latest build."""
     catalog, settings = activator.catalog, activator.settings
@@ -142,7 +146,7 @@ def templates(activator: ActivatorDep, owner: OwnerDep) -> list[_wire.TemplateOu
     return builtins + own
 
 
-@get("/templates/aliases/{alias:str}", sync_to_thread=False)
+@get("/templates/aliases/{alias:str}", responses=keyed_errors(400, 404), sync_to_thread=False)
 def template_alias(alias: FromPath[str], activator: ActivatorDep, owner: OwnerDep) -> _wire.TemplateAlias:
     """The template a name or alias (`name:tag`) names: the key's own (not public) or a built-in one; 404 when
     none does (`Template.exists()` is then False)."""
@@ -163,8 +167,8 @@ def _from_cursor(line: LogLine, cursor: int, direction: Literal["forward", "back
     return millis >= cursor if direction == "forward" else millis <= cursor
 
 
+PUBLIC_INFO_ROUTES: list[HTTPRouteHandler] = [health]
 INFO_ROUTES: list[HTTPRouteHandler] = [
-    health,
     get_sandbox,
     list_v2,
     list_v1,

@@ -11,9 +11,11 @@ from typing import Annotated, Any
 import msgspec
 from litestar import MediaType, Request, Response, delete, post
 from litestar.handlers import HTTPRouteHandler
+from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter, JSONBody
 
 from activator._e2b import _convert, _wire
+from activator._e2b._openapi import keyed_errors
 from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
 
 __all__ = ["LIFECYCLE_ROUTES"]
@@ -22,9 +24,17 @@ _AnyRequest = Request[Any, Any, Any]
 # E2B's header (the SDK sends it on creates and their retries); checked by `_idempotency`, None: no key.
 _IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 _encode = msgspec.json.Encoder().encode
+_CREATED = ResponseSpec(_wire.Sandbox, description="Created", generate_examples=False)
+_RUNNING = ResponseSpec(_wire.Sandbox, description="Running", generate_examples=False)
+# What every route of one sandbox may answer: a malformed id or body, no such sandbox (of this key), a body over
+# the limit, and the key check's answers.
+_BY_ID = keyed_errors(400, 404, 413)
 
 
-@post(["/v2/sandboxes", "/sandboxes"], status_code=201)
+@post(
+    ["/v2/sandboxes", "/sandboxes"], status_code=201,
+    responses={201: _CREATED, **keyed_errors(400, 404, 409, 413, 422)},
+)  # fmt: skip
 async def create(
     request: _AnyRequest,
     data: JSONBody[_wire.NewSandbox],
@@ -51,13 +61,13 @@ async def create(
     )
 
 
-@delete("/sandboxes/{sandbox_id:str}", status_code=204)
+@delete("/sandboxes/{sandbox_id:str}", status_code=204, responses=keyed_errors(400, 404))
 async def kill(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> None:
     """Kill; 404 once it is gone (the SDK's `kill()` then returns False)."""
     await activator.kill(owner, sandbox_id)
 
 
-@post("/sandboxes/{sandbox_id:str}/timeout", status_code=204)
+@post("/sandboxes/{sandbox_id:str}/timeout", status_code=204, responses=_BY_ID)
 async def set_timeout(
     sandbox_id: SandboxIdPath, data: JSONBody[_wire.TimeoutRequest], activator: ActivatorDep, owner: OwnerDep
 ) -> None:
@@ -65,7 +75,7 @@ async def set_timeout(
     await activator.set_timeout(owner, sandbox_id, data.timeout)
 
 
-@post("/sandboxes/{sandbox_id:str}/refreshes", status_code=204)
+@post("/sandboxes/{sandbox_id:str}/refreshes", status_code=204, responses=_BY_ID)
 async def refresh(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,
@@ -77,7 +87,7 @@ async def refresh(
     await activator.refresh(owner, sandbox_id, duration)
 
 
-@post("/sandboxes/{sandbox_id:str}/pause", status_code=204)
+@post("/sandboxes/{sandbox_id:str}/pause", status_code=204, responses=keyed_errors(400, 404, 409, 413, 503))
 async def pause(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,
@@ -90,7 +100,10 @@ async def pause(
     await activator.pause(owner, sandbox_id, memory=options.memory, healthy_guest=options.require_healthy_guest)
 
 
-@post(["/v2/sandboxes/{sandbox_id:str}/connect", "/sandboxes/{sandbox_id:str}/connect"])
+@post(
+    ["/v2/sandboxes/{sandbox_id:str}/connect", "/sandboxes/{sandbox_id:str}/connect"],
+    responses={200: _RUNNING, 201: _CREATED, **_BY_ID},
+)
 async def connect(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,
@@ -103,7 +116,7 @@ async def connect(
     return Response(_convert.sandbox(record), status_code=201 if resumed else 200)
 
 
-@post("/sandboxes/{sandbox_id:str}/resume", status_code=201)
+@post("/sandboxes/{sandbox_id:str}/resume", status_code=201, responses=keyed_errors(400, 404, 409, 413))
 async def resume(
     sandbox_id: SandboxIdPath,
     activator: ActivatorDep,

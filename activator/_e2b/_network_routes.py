@@ -10,12 +10,13 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import JSONBody
 
 from activator._e2b import _convert, _wire
+from activator._e2b._openapi import keyed_errors
 from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
 
 __all__ = ["NETWORK_ROUTES"]
 
 
-@put("/sandboxes/{sandbox_id:str}/network", status_code=204)
+@put("/sandboxes/{sandbox_id:str}/network", status_code=204, responses=keyed_errors(400, 404, 413))
 async def update_network(
     sandbox_id: SandboxIdPath, data: JSONBody[_wire.NetworkUpdate], activator: ActivatorDep, owner: OwnerDep
 ) -> None:

@@ -16,7 +16,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from activator._catalog import DEFAULT_TAG, split_reference
 from activator._e2b import _convert, _wire
-from activator._e2b._auth import EXCLUDE_FROM_AUTH
+from activator._e2b._openapi import errors, keyed_errors
 from activator._e2b._state import ActivatorDep, OwnerDep
 from activator._e2b._template_steps import BaseRefused, BuildStart, plan_build
 from activator._errors import ActivatorError, InvalidRequest
@@ -25,14 +25,16 @@ from activator._template_builds import BuildFailure, BuildPlan
 from activator._template_files import MAX_TEMPLATE_FILES_BYTES
 from pool import Resources, Template
 
-__all__ = ["TEMPLATE_ROUTES"]
+__all__ = ["PUBLIC_TEMPLATE_ROUTES", "TEMPLATE_ROUTES"]
 
 _Hash = Annotated[str, QueryParameter(pattern=r"^[0-9a-f]{64}$")]
 _BUILD = "/templates/{template_id:str}/builds/{build_id:str}"
 _FILES = "/templates/{template_id:str}/files/{files_hash:str}"
+# A change to a key's templates: also refused (501) where this server builds none (`TemplateBuilds.refusal`).
+_CHANGE = keyed_errors(400, 404, 413, 501)
 
 
-@post("/v3/templates", status_code=202)
+@post("/v3/templates", status_code=202, responses=keyed_errors(400, 413, 501))
 async def request_build(
     data: JSONBody[_wire.TemplateBuildRequest], activator: ActivatorDep, owner: OwnerDep
 ) -> _wire.TemplateBuildRequested:
@@ -55,7 +57,7 @@ async def request_build(
     )  # fmt: skip
 
 
-@get(_FILES, status_code=201, sync_to_thread=False)
+@get(_FILES, status_code=201, responses=keyed_errors(400, 404), sync_to_thread=False)
 def files_link(
     request: Request[Any, Any, Any], template_id: FromPath[str], files_hash: _Hash, activator: ActivatorDep,
     owner: OwnerDep,
@@ -73,8 +75,8 @@ def files_link(
 
 
 @put(
-    _FILES, status_code=201, opt={EXCLUDE_FROM_AUTH: True}, request_max_body_size=MAX_TEMPLATE_FILES_BYTES,
-    media_type="application/json",
+    _FILES, status_code=201, request_max_body_size=MAX_TEMPLATE_FILES_BYTES, media_type="application/json",
+    responses=errors(400, 403, 413),
 )  # fmt: skip
 async def upload_files(
     request: Request[Any, Any, Any], files_hash: _Hash, key: FromQuery[str], token: FromQuery[str],
@@ -87,7 +89,7 @@ async def upload_files(
     return {"size": await files.receive(key, files_hash, request.stream())}
 
 
-@post(["/v2" + _BUILD, _BUILD], status_code=202)
+@post(["/v2" + _BUILD, _BUILD], status_code=202, responses=_CHANGE)
 async def start_build(
     template_id: FromPath[str],
     build_id: FromPath[str],
@@ -120,7 +122,7 @@ async def start_build(
     await builds.start(owner, template_id, build_id, plan)
 
 
-@get(_BUILD + "/status", sync_to_thread=False)
+@get(_BUILD + "/status", responses=keyed_errors(400, 404), sync_to_thread=False)
 def build_status(
     template_id: FromPath[str], build_id: FromPath[str], activator: ActivatorDep, owner: OwnerDep,
     logs_offset: Annotated[int, QueryParameter(name="logsOffset", ge=0)] = 0,
@@ -132,8 +134,9 @@ def build_status(
     return _convert.build_status(build, offset=logs_offset, limit=limit, level=level)
 
 
-@get("/templates/{template_id:str}/tags", sync_to_thread=False)
+@get("/templates/{template_id:str}/tags", responses=keyed_errors(400, 404), sync_to_thread=False)
 def template_tags(template_id: FromPath[str], activator: ActivatorDep, owner: OwnerDep) -> list[_wire.TemplateTagOut]:
+    """The tags of the key's template (by name or ID) and the build each one names."""
     builds = activator.template_builds
     record = builds.template(owner, split_reference(template_id)[0])
     return [
@@ -141,18 +144,20 @@ def template_tags(template_id: FromPath[str], activator: ActivatorDep, owner: Ow
     ]
 
 
-@post("/templates/tags", status_code=201)
+@post("/templates/tags", status_code=201, responses=_CHANGE)
 async def assign_tags(data: JSONBody[_wire.AssignTags], activator: ActivatorDep, owner: OwnerDep) -> _wire.AssignedTags:
+    """Point `tags` at the build that `target` (`name[:tag]`) names."""
     build_id = await activator.template_builds.assign_tags(owner, data.target, data.tags)
     return _wire.AssignedTags(build_id=build_id, tags=data.tags)
 
 
-@delete("/templates/tags", status_code=204)
+@delete("/templates/tags", status_code=204, responses=_CHANGE)
 async def remove_tags(data: JSONBody[_wire.RemoveTags], activator: ActivatorDep, owner: OwnerDep) -> None:
+    """Remove `tags` from the key's template `name` (its builds stay)."""
     await activator.template_builds.remove_tags(owner, split_reference(data.name)[0], data.tags)
 
 
-@delete("/templates/{template_id:str}", status_code=204)
+@delete("/templates/{template_id:str}", status_code=204, responses=keyed_errors(400, 403, 404, 501))
 async def delete_template(template_id: FromPath[str], activator: ActivatorDep, owner: OwnerDep) -> None:
     """Delete the key's template and its builds; a built-in one is the operator's (403)."""
     name = split_reference(template_id)[0]
@@ -165,7 +170,7 @@ class _Forbidden(ActivatorError):
     status_code = 403
 
 
+PUBLIC_TEMPLATE_ROUTES: list[HTTPRouteHandler] = [upload_files]
 TEMPLATE_ROUTES: list[HTTPRouteHandler] = [
-    request_build, files_link, upload_files, start_build, build_status, template_tags, assign_tags, remove_tags,
-    delete_template,
+    request_build, files_link, start_build, build_status, template_tags, assign_tags, remove_tags, delete_template,
 ]  # fmt: skip

@@ -14,6 +14,7 @@ from litestar import route
 from litestar.handlers import HTTPRouteHandler
 from litestar.types import Method
 
+from activator._e2b._openapi import keyed_errors
 from activator._errors import NotSupported
 
 __all__ = ["UNSUPPORTED_ROUTES"]
@@ -44,9 +45,14 @@ def _refusal(feature: str) -> Callable[[], Awaitable[None]]:
     return refuse
 
 
-UNSUPPORTED_ROUTES: list[HTTPRouteHandler] = [
-    route(list(paths), http_method=[method], status_code=501, name=f"unsupported-{method}-{paths[0]}")(
-        _refusal(feature)
-    )
-    for method, paths, feature in _UNSUPPORTED
-]
+def _refusing_route(method: Method, paths: tuple[str, ...], feature: str) -> HTTPRouteHandler:
+    # Litestar documents a 400 for every route with path parameters; it is E2B's error shape here too.
+    statuses = (400, 501) if any("{" in path for path in paths) else (501,)
+    return route(
+        list(paths), http_method=[method], status_code=501, name=f"unsupported-{method}-{paths[0]}",
+        responses=keyed_errors(*statuses), summary=f"Unsupported: {feature}",
+        description=f"Refused (501): {feature} is not supported by this server.",
+    )(_refusal(feature))  # fmt: skip
+
+
+UNSUPPORTED_ROUTES: list[HTTPRouteHandler] = [_refusing_route(*row) for row in _UNSUPPORTED]
