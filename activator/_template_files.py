@@ -51,6 +51,9 @@ class TemplateFiles:
         return hmac.new(self._secret, f"{owner}\0{files_hash}".encode(), hashlib.sha256).hexdigest()
 
     def check(self, owner: str, files_hash: str, token: str) -> bool:
+        """Whether an upload URL's `key` and `token` (any text a client sent) are the ones `token` signed."""
+        if not (owner.isascii() and token.isascii()):  # never signed; and compare_digest takes ASCII text only
+            return False
         return hmac.compare_digest(self.token(owner, files_hash), token)
 
     async def receive(self, owner: str, files_hash: str, body: AsyncIterable[bytes]) -> int:
