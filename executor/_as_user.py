@@ -45,6 +45,7 @@ from executor._fs_worker import FAILED, HEADER, OK
 from executor._reaper import Reaper
 from executor._spawn import CHILD_OOM_SCORE_ADJ
 from executor._users import User, lookup
+from executor.envd import HELPER_ENV
 
 __all__ = ("AsUser",)
 
@@ -57,7 +58,7 @@ MAX_REPLY_BYTES = 512 * 1024 * 1024
 _READ = 1024 * 1024
 _FD_SPACE = socket.CMSG_SPACE(4 * struct.calcsize("i"))
 _BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from executor._fs_worker import main; main()"
-_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", HELPER_ENV: "1"}
 _ERRORS: dict[str, type[ExecutorError]] = {kind.__name__: kind for kind in ExecutorError.__subclasses__()}
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -98,6 +99,8 @@ class AsUser:
         groups = user.extra_groups()
         identity = (user.uid, user.gid, None if groups is None else tuple(groups))
         if identity not in self._pools:
+            for stale in [other for other in self._pools if other[0] == user.uid]:  # its groups or gid changed
+                self._pools.pop(stale).close()
             self._pools[identity] = _Pool(identity, self._reaper)
         return self._pools[identity]
 
@@ -109,8 +112,9 @@ class _Pool:
         self._identity = identity
         self._reaper = reaper
         self._slots = asyncio.Semaphore(PER_USER)
-        self._helpers: set[_Helper] = set()  # every live one; these two are touched only by the event loop
+        self._helpers: set[_Helper] = set()  # every live one; these three are touched only by the event loop
         self._idle: list[_Helper] = []
+        self._closed = False
 
     async def run(self, op: Callable[..., T], args: tuple[Any, ...]) -> T:
         async with self._slots:
@@ -118,7 +122,7 @@ class _Pool:
             try:
                 return await helper.call(op, args)
             finally:
-                if helper.broken:
+                if helper.broken or self._closed:
                     self._close(helper)
                 else:
                     self._idle.append(helper)
@@ -129,7 +133,9 @@ class _Pool:
             self._idle.append(self._start())
 
     def close(self) -> None:
-        for helper in list(self._helpers):
+        """Stop the idle helpers now and the busy ones when their call ends."""
+        self._closed = True
+        for helper in self._idle:
             self._close(helper)
         self._idle.clear()
 

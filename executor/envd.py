@@ -110,6 +110,10 @@ COMPRESSED = 0x01
 END_STREAM = 0x02  # the last envelope: the trailer, `{}` or `{"error": {...}}`
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # the largest message the executor reads; larger is `resource_exhausted`
 
+# In the environment of the executor's own helpers (`_as_user`: file operations as a user), as "1": a runtime's
+# process census counts them as the executor's, since a restored executor starts them again.
+HELPER_ENV = "AGENT_SANDBOX_EXECUTOR_HELPER"
+
 # The executor's default limits (`--max-upload-bytes`, `--max-archive-bytes`): larger is refused with 413.
 MAX_UPLOAD_BYTES = 1024**3  # one POST /files body
 MAX_ARCHIVE_BYTES = 256 * 1024**2  # one /agent-sandbox/archive, packed or unpacked

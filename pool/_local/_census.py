@@ -5,7 +5,8 @@ started, which a filesystem restore starts again. The executor starts each comma
 its own, so a start command's descendants are recognised by their process group, or by ancestry when one
 left the group. The sandbox's autostart command (`pool._autostart`) counts as the template's too, whoever
 started it: it and its children carry `AGENT_SANDBOX_AUTOSTART=1` in their environment, and a restore starts
-it again. Something that left both (`setsid` and a dead parent) without that mark counts as the user's: the
+it again; so do the executor's own helpers (`AGENT_SANDBOX_EXECUTOR_HELPER=1`), which it starts again when
+needed. Something that left both (`setsid` and a dead parent) without that mark counts as the user's: the
 careful answer, since it only keeps a sandbox paused rather than snapshotted. The outer bubblewrap process shares
 the sandbox's cgroups but not its pid namespace, and is not part of the sandbox. (A finished start
 command's pid taken again by a user's process would pass for the template's; pids inside are reused only
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from executor.envd import HELPER_ENV
 from pool._autostart import AUTOSTART_ENV
 
 __all__ = ["foreign_processes"]
 
-_AUTOSTART_MARK = f"{AUTOSTART_ENV}=1".encode()
+_MARKS = (f"{AUTOSTART_ENV}=1".encode(), f"{HELPER_ENV}=1".encode())
 
 
 class _Proc:
@@ -62,12 +64,13 @@ def _descends(pid: int, procs: dict[int, _Proc], starts: set[int]) -> bool:
 
 
 def _autostarted(pid: int) -> bool:
-    """Whether the process runs with the autostart mark in its environment (as it was at exec)."""
+    """Whether the process runs with the autostart or the executor's helper mark in its environment (at exec)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return _AUTOSTART_MARK in f.read().split(b"\0")
+            environ = f.read().split(b"\0")
     except OSError:
         return False
+    return any(mark in environ for mark in _MARKS)
 
 
 def _read(pid: int) -> _Proc | None:
