@@ -10,9 +10,10 @@ is written where it belongs (a watcher sees it made and written, as with envd) a
 upload fails. An existing one is replaced: the upload goes to a temporary file beside it, with its mode,
 renamed over it at the end (`finish_upload`; a watcher sees the temporary name, then a rename). Either
 has the upload's metadata and is owned by uid:gid, like the directories made for it (removed too if it
-fails). A link is written through, to the file it names. Two destinations are written in place, as a
-shell's `>` would: one that is no regular file (a FIFO, /dev/null), and a file its user may write in a
-directory it may not (there a failed upload leaves the file cut).
+fails). A link is written through, to the file it names. Three destinations are written in place, as a
+shell's `>` would: one that is no regular file (a FIFO, /dev/null); a file its user may write in a
+directory it may not (there a failed upload leaves the file cut); and another's file in a sticky
+directory such as /tmp, which may be written but not replaced (copied into once the upload is complete).
 """
 
 from __future__ import annotations
@@ -201,8 +202,20 @@ def finish_upload(temporary: str | None, destination: str, path: str) -> EntryIn
     """Put the upload in place; its entry in the answer (envd's REST form), metadata read back from disk."""
     if temporary is not None:
         with os_errors(f"error writing '{path}'"):
-            os.rename(temporary, destination)
+            try:
+                os.rename(temporary, destination)
+            except PermissionError:  # a sticky directory: another's file its user may write, not replace
+                _copy_over(temporary, destination, path)
     return EntryInfo(os.path.basename(path), "file", path, metadata=read_metadata(path))
+
+
+def _copy_over(temporary: str, destination: str, path: str) -> None:
+    """Write the finished upload into the old file, as a shell's `>` would, and remove the temporary file."""
+    fd = os.open(destination, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    with open(temporary, "rb") as source, os.fdopen(fd, "wb") as target:
+        shutil.copyfileobj(source, target)
+        replace_metadata(target.fileno(), path, read_metadata(temporary))
+    os.unlink(temporary)
 
 
 def abandon_upload(partial: str | None, created: list[str]) -> None:

@@ -75,4 +75,5 @@ def _send_frame(sock: socket.socket, status: int, body: bytes, fds: list[int]) -
     data = HEADER.pack(status, len(body)) + body
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
     sent = sock.sendmsg([data], ancillary)
-    sock.sendall(data[sent:])
+    if sent < len(data):  # never sendall(b""): it would still send, and fail once the executor has the reply
+        sock.sendall(data[sent:])

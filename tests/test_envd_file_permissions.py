@@ -121,6 +121,17 @@ def test_supplementary_groups_count_as_in_a_shell(own: Envd) -> None:
     assert as_root(own, f"su user -c 'cat /srv/{group}/f'") == "shared\n"  # what a shell of the user sees
 
 
+def test_user_may_write_but_not_replace_roots_world_writable_file_in_tmp(own: Envd) -> None:
+    """/tmp is sticky: `user` cannot rename over root's file there, but may write it, as a shell's `>` does."""
+    files = own.sandbox().files
+    path = f"/tmp/{uuid.uuid4().hex}"
+    as_root(own, f"echo old > {path} && chmod 666 {path}")
+    files.write(path, "new", metadata={"k": "v"}, user="user")
+    info = files.get_info(path, user="user")
+    assert (files.read(path, user="user"), info.owner, info.metadata) == ("new", "root", {"k": "v"})
+    assert as_root(own, "ls -A /tmp | grep -c '[.]upload$' || true").strip() == "0"
+
+
 def test_root_can_still_do_everything(own: Envd) -> None:
     files = own.sandbox().files
     name = uuid.uuid4().hex
