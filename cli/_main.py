@@ -167,6 +167,10 @@ def _whole(text: str) -> int:
     return int(text)
 
 
+def _per_client(text: str) -> int | None:
+    return None if text == "auto" else _whole(text)
+
+
 def _add_connection_limits(serve: argparse.ArgumentParser, defaults: ConnectionLimits) -> None:
     # fmt: off
     _env_option(serve, "--header-timeout", defaults.header_timeout, type=_seconds, metavar="S",
@@ -179,10 +183,11 @@ def _add_connection_limits(serve: argparse.ArgumentParser, defaults: ConnectionL
         help="close a connection idle S whole seconds after a response (default %(default)s)")
     _env_option(serve, "--max-connections", defaults.max_connections, type=_whole, metavar="N",
         help="client connections open at once; past it a new one replaces the longest idle, or is closed when "
-        "none is idle (default 0: half of the fd limit left past --fd-reserve)")
-    _env_option(serve, "--max-connections-per-client", defaults.max_connections_per_client, type=_whole,
-        metavar="N", help="connections served at once per client address; past it 503 + Retry-After (0: no cap; "
-        "behind a proxy every client shares its address; default %(default)s)")
+        "none is idle; at most the fd limit less --fd-reserve (default 0: half of that)")
+    _env_option(serve, "--max-connections-per-client", "auto", type=_per_client, metavar="N|auto",
+        help="connections served at once per client address; past it 503 + Retry-After (auto: a quarter of "
+        "--max-connections; 0: no cap, as behind a proxy, where every client shares its address; default "
+        "%(default)s)")
     _env_option(serve, "--fd-reserve", defaults.fd_reserve, type=_whole, metavar="N",
         help="file descriptors client connections never take, for sandboxes, upstream sockets, SQLite and CRIU; "
         "the soft fd limit is raised to the hard one at start (default %(default)s)")

@@ -3,7 +3,8 @@
 Past its fd limit a process cannot start a sandbox, open a socket into one, open SQLite or run CRIU: the audit
 held 21,000 idle connections and `/health` and creates failed. So at start the soft RLIMIT_NOFILE is raised to
 the hard one, and client connections may take at most half of what is left once `fd_reserve` is set aside: a
-proxied connection holds a second descriptor, its upstream socket into the sandbox.
+proxied connection holds a second descriptor, its upstream socket into the sandbox. One client address may take a
+quarter of them unless told otherwise: enough for a load test's burst, not enough to crowd the others out.
 """
 
 from __future__ import annotations
@@ -38,4 +39,5 @@ def fd_budget(limits: ConnectionLimits, fd_limit: int) -> FdBudget:
     if room < 2:
         raise ValueError(f"--fd-reserve {limits.fd_reserve} leaves no descriptors for connections (limit {fd_limit})")
     max_total = min(limits.max_connections, room) if limits.max_connections else room // 2
-    return FdBudget(fd_limit, max_total, limits.max_connections_per_client)
+    per_client = limits.max_connections_per_client
+    return FdBudget(fd_limit, max_total, max(1, max_total // 4) if per_client is None else per_client)

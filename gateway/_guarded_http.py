@@ -95,7 +95,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = False
 
     def evict(self) -> None:
-        self.transport.abort()
+        self.transport.close()  # idle: nothing to flush, so its descriptor is closed at once
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

@@ -23,7 +23,7 @@ class ConnectionLimits(msgspec.Struct, frozen=True, kw_only=True):
     body_timeout: float = 30.0  # seconds a request body being read may send nothing; then closed
     keep_alive_timeout: int = 5  # seconds a connection may wait for its next request (uvicorn's, whole seconds)
     max_connections: int = 0  # in total (0: half of what the fd limit leaves past the reserve); then idle evicted
-    max_connections_per_client: int = 1000  # per client address (0: no cap); past it a 503 + Retry-After
+    max_connections_per_client: int | None = None  # per address (None: a quarter of the total, 0: no cap); then 503
     fd_reserve: int = 1024  # file descriptors client connections never take (sandboxes, upstreams, SQLite, CRIU)
 
 

@@ -117,7 +117,8 @@ def test_refusals_are_logged_once_per_report(caplog: pytest.LogCaptureFixture) -
 
 
 def test_the_budget_keeps_the_reserve_and_gives_connections_half_the_rest() -> None:
-    assert fd_budget(ConnectionLimits(fd_reserve=1024), 20_000).max_total == (20_000 - 1024) // 2
+    assert fd_budget(ConnectionLimits(fd_reserve=1024), 20_000)[1:] == (9488, 9488 // 4)
+    assert fd_budget(ConnectionLimits(max_connections_per_client=0), 20_000).max_per_client == 0
     assert fd_budget(ConnectionLimits(max_connections=5000), 20_000).max_total == 5000
     assert fd_budget(ConnectionLimits(max_connections=50_000, fd_reserve=1000), 20_000).max_total == 19_000
     with pytest.raises(ValueError, match="--fd-reserve"):
