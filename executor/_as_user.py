@@ -10,11 +10,11 @@ everything runs with its own rights.
 Why processes: credentials are per thread in the kernel, but glibc's setgroups() (what os.setgroups
 calls) changes every thread of the process; and a thread of pid 1, whatever its fsuid, is pid 1 to
 /proc, so /proc/1/root, /proc/self/mem and /proc/self/fd/* would be the executor's own for any user.
-A helper is a process of that user, as a shell is. Why long-lived: starting one costs 110-260 ms
-(the interpreter and msgspec), a call to a running one a few tenths of a millisecond (docs/security.md
-has the measurement). So the default user's helper is started with the executor (`prepare`), and a
-user's last helper stays; each user has at most `PER_USER`, each serving one call at a time, and any
-but the last left idle for `IDLE_SECONDS` is stopped.
+A helper is a process of that user, as a shell is. Why long-lived: starting one costs 60-190 ms
+(the interpreter and msgspec, on a loaded 2-core host), a call to a running one a tenth of a
+millisecond or so (docs/security.md has the measurement). So the default user's helper is started
+with the executor (`prepare`), and a user's last helper stays; each user has at most `PER_USER`, each
+serving one call at a time, and any but the last left idle for `IDLE_SECONDS` is stopped.
 
 A helper is trusted no more than its user: its replies are decoded into their declared types, a file
 descriptor it sends is only read or written, and nothing it returns is then done with root's rights.

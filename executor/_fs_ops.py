@@ -141,14 +141,23 @@ def open_for_download(path: str) -> Descriptor:
 
 def open_for_upload(path: str, uid: int, gid: int, metadata: dict[str, str]) -> Upload:
     created = ensure_dirs(os.path.dirname(path), uid, gid)
-    destination = os.path.realpath(path)
+    try:
+        return _open_for_upload(path, os.path.realpath(path), (uid, gid), metadata, created)
+    except BaseException:
+        abandon_upload(None, created)
+        raise
+
+
+def _open_for_upload(
+    path: str, destination: str, owner: tuple[int, int], metadata: dict[str, str], created: list[str]
+) -> Upload:
     with os_errors(f"error opening '{path}' for writing"):
         try:
             old = os.stat(destination)
         except FileNotFoundError:
             fd = _create(destination)
             if fd is not None:
-                return _prepared(Upload(fd, None, destination, created, destination), path, (uid, gid), None, metadata)
+                return _prepared(Upload(fd, None, destination, created, destination), path, owner, None, metadata)
             old = os.stat(destination)  # made meanwhile: replaced as any old file is
         if stat_module.S_ISDIR(old.st_mode):
             raise InvalidArgument(f"path is a directory: {path}")
@@ -157,7 +166,7 @@ def open_for_upload(path: str, uid: int, gid: int, metadata: dict[str, str]) -> 
         if fd is None:
             return _in_place(destination, path, metadata, created)
     upload = Upload(fd, temporary, destination, created, temporary)
-    return _prepared(upload, path, (uid, gid), stat_module.S_IMODE(old.st_mode), metadata)
+    return _prepared(upload, path, owner, stat_module.S_IMODE(old.st_mode), metadata)
 
 
 def _create(path: str, in_place_if_denied: bool = False) -> int | None:
@@ -173,7 +182,7 @@ def _create(path: str, in_place_if_denied: bool = False) -> int | None:
 
 
 def _prepared(upload: Upload, path: str, owner: tuple[int, int], mode: int | None, metadata: dict[str, str]) -> Upload:
-    """`upload` once its new file has its owner, the old file's mode and the metadata; undone if that fails."""
+    """`upload` once its new file has its owner, the old file's mode and the metadata; removed if that fails."""
     try:
         with os_errors(f"error opening '{path}' for writing"):
             os.fchown(upload.fd, *owner)
@@ -182,7 +191,7 @@ def _prepared(upload: Upload, path: str, owner: tuple[int, int], mode: int | Non
         replace_metadata(upload.fd, path, metadata)
     except BaseException:
         os.close(upload.fd)
-        abandon_upload(upload.partial, upload.created)
+        abandon_upload(upload.partial, [])
         raise
     return upload
 
