@@ -81,10 +81,10 @@ class AsUser:
         """Start a helper for the user called `name` unless it has one (or needs none, or does not exist)."""
         try:
             pool = self._pool(lookup(name))
-        except ExecutorError:
-            return  # no such user: its first request says so
-        if pool is not None:
-            pool.prepare()
+            if pool is not None:
+                pool.prepare()
+        except ExecutorError as exc:  # no such user, or no helper can start: its first request says so
+            logger.warning("no file helper for the default user %r yet: %s", name, exc.message)
 
     def close(self) -> None:
         """Stop every helper."""
