@@ -2,8 +2,9 @@
 client address and in total, and file descriptors kept for the server's own work.
 
 Two real servers. `flood` keeps idle connections (a 600 s head timeout) and caps 50 connections per address; it
-starts with a soft fd limit of 4,096 under a hard 20,000, so it must raise its own. `tight` has 3 s timeouts,
-so a slow client is cut quickly while a long response is not. Raw sockets from their own loopback addresses
+starts with a soft fd limit of 4,096 under this process's hard one (20,000 here, as in the audit), so it must
+raise its own. `tight` has 3 s head and body timeouts, so a slow client is cut quickly while a long response is
+not. Raw sockets from their own loopback addresses
 (127.0.0.0/8 all reach the server) stand for the other clients, so the E2B SDK's connections from 127.0.0.1 never
 share a cap with them. Nothing asserts how fast: only what happens, with generous deadlines.
 """
@@ -39,7 +40,7 @@ from tests.test_gateway_http_proxy import run, serving_config
 
 FLOOD = 21_000
 PER_CLIENT = 50
-SERVER_FDS = (4096, 20_000)  # the flood server's soft and hard fd limits when it starts
+HARD_FDS = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # the flood server's hard fd limit, inherited
 ENVD = 49983
 
 
@@ -191,10 +192,10 @@ def test_a_large_body_the_server_leaves_unread_is_not_timed_out() -> None:
 
 
 @contextlib.contextmanager
-def fd_limit(soft: int, hard: int) -> Iterator[None]:
-    """This process's RLIMIT_NOFILE set to (soft, hard) for the block (root may raise the hard limit)."""
+def soft_fd_limit(soft: int) -> Iterator[None]:
+    """This process's soft RLIMIT_NOFILE set to `soft` for the block (the hard one stays: lowering it is for good)."""
     before = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, before[1]), before[1]))
     try:
         yield
     finally:
@@ -205,14 +206,14 @@ def fd_limit(soft: int, hard: int) -> Iterator[None]:
 def flood(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     flags = ("--header-timeout", "600", "--max-connections-per-client", str(PER_CLIENT))
     with contextlib.ExitStack() as stack:
-        with fd_limit(*SERVER_FDS):  # the server inherits them; this process gets its own back once it started
+        with soft_fd_limit(4096):  # the server inherits it; this process gets its own back once it started
             server = stack.enter_context(server_in_temp_dir(tmp_path_factory, "flood", *flags))
         yield server
 
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    timeouts = ("--header-timeout", "3", "--body-timeout", "3", "--keep-alive-timeout", "1")
+    timeouts = ("--header-timeout", "3", "--body-timeout", "3")
     with server_in_temp_dir(tmp_path_factory, "tight", *timeouts) as server:
         yield server
 
@@ -259,7 +260,7 @@ def server_fd_limits(server: RunningServer) -> tuple[int, int]:
 def test_21000_idle_connections_stop_neither_health_nor_a_create(
     flood: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert server_fd_limits(flood) == (SERVER_FDS[1], SERVER_FDS[1])  # the soft limit raised to the hard one
+    assert server_fd_limits(flood) == (HARD_FDS, HARD_FDS)  # the soft limit raised to the hard one
     with idle_connections(flood, FLOOD):
         most_fds = server_fds(flood)
         assert httpx.get(f"{flood.url}/health", timeout=DEADLINE).status_code == 200
@@ -271,7 +272,7 @@ def test_21000_idle_connections_stop_neither_health_nor_a_create(
             sbx.kill()
         most_fds = max(most_fds, server_fds(flood))
         assert served(flood, "127.0.3.9")  # another client, on a fresh connection
-    assert most_fds <= SERVER_FDS[1] - ConnectionLimits().fd_reserve  # the reserve was never touched
+    assert most_fds <= HARD_FDS - ConnectionLimits().fd_reserve  # the reserve was never touched
     assert flood.process.poll() is None
 
 
@@ -292,9 +293,10 @@ sys.stdin.read()
 
 
 @contextlib.contextmanager
-def idle_connections(server: RunningServer, total: int, per_process: int = 7000) -> Iterator[None]:
-    """`total` idle connections to `server`, held by processes of `per_process` each (this one may hold fewer
-    than 20,000 descriptors, and raising its hard limit needs a capability root may lack here)."""
+def idle_connections(server: RunningServer, total: int) -> Iterator[None]:
+    """`total` idle connections to `server`, held by processes of at most 7,000 each (this one may hold no more than
+    its hard fd limit, 20,000 here, and raising that needs a capability root may lack)."""
+    per_process = min(7000, HARD_FDS - 256)
     holders = []
     for first in range(0, total, per_process):
         argv = [str(server.port), str(first), str(min(per_process, total - first)), str(PER_CLIENT)]
@@ -391,7 +393,7 @@ class Slow(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        time.sleep(8)  # the answer starts after every timeout of the server has passed twice
+        time.sleep(8)  # the answer starts after every timeout of the server has passed
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
