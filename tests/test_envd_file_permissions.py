@@ -8,6 +8,7 @@ not do from a shell it may not do through the API either, and the SDK says so wi
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -130,6 +131,23 @@ def test_user_may_write_but_not_replace_roots_world_writable_file_in_tmp(own: En
     info = files.get_info(path, user="user")
     assert (files.read(path, user="user"), info.owner, info.metadata) == ("new", "root", {"k": "v"})
     assert as_root(own, "ls -A /tmp | grep -c '[.]upload$' || true").strip() == "0"
+
+
+def test_a_helper_the_user_killed_is_replaced(own: Envd) -> None:
+    """The user may kill its own helper process (it is a process of that user's): the next call starts another."""
+    sandbox = own.sandbox()
+    sandbox.files.write("/tmp/helper-test.txt", "alive", user="user")
+    killed = sandbox.commands.run("pkill -KILL -u user -f '[e]xecutor[.]_fs_worker' && echo killed", user="user")
+    assert killed.stdout == "killed\n"
+    assert sandbox.files.read("/tmp/helper-test.txt", user="user") == "alive"
+
+
+@pytest.mark.anyio
+async def test_concurrent_calls_of_one_user_all_succeed(own: Envd) -> None:
+    sandbox = own.async_sandbox()
+    paths = [f"/tmp/{uuid.uuid4().hex}" for _ in range(12)]
+    await asyncio.gather(*(sandbox.files.write(path, path, user="user") for path in paths))
+    assert await asyncio.gather(*(sandbox.files.read(path, user="user") for path in paths)) == paths
 
 
 def test_root_can_still_do_everything(own: Envd) -> None:
