@@ -28,6 +28,7 @@ from activator._errors import (
     QuotaExceeded,
     SandboxConflict,
     SandboxNotFound,
+    TooManySignIns,
 )
 from activator._holds import CLIENT_GONE
 from activator._idempotency import IDEMPOTENCY_TTL, ClaimedKey, Idempotency, KeyLedger
@@ -50,6 +51,7 @@ from activator._records import (
 )
 from activator._redis_coordination import RedisCoordinator
 from activator._settings import ActivatorSettings
+from activator._signin import SignInLimiter
 from activator._sqlite_store import SqliteStore
 from activator._store import Store
 from activator._telemetry import Histogram, HoldResult, Telemetry
@@ -109,6 +111,7 @@ __all__ = [
     "SandboxRecord",
     "SandboxState",
     "SandboxUrls",
+    "SignInLimiter",
     "SoloCoordinator",
     "SqliteStore",
     "Store",
@@ -119,6 +122,7 @@ __all__ = [
     "TemplateFiles",
     "TemplateNotFound",
     "TemplateRecord",
+    "TooManySignIns",
     "ToolError",
     "e2b_error_response",
     "e2b_openapi_config",

@@ -140,8 +140,8 @@ class Activator:
         )
         self._reaper = Reaper(
             self._machine, runtime, store, activity=self._activity, opener=self._opener, idle=idle, clock=clock,
-            interval=settings.reap_interval, killed_retention=settings.killed_retention, on_halt=on_halt,
-            coordinator=self._coordinator,
+            interval=settings.reap_interval, killed_retention=settings.killed_retention,
+            revoked_grace=settings.revoked_key_grace, on_halt=on_halt, coordinator=self._coordinator,
         )  # fmt: skip
 
     @property

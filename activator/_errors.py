@@ -9,6 +9,7 @@ ActivatorError                 500  base class
 ├── IdempotencyConflict        409  the Idempotency-Key's create runs still, or its outcome is unknown
 ├── IdempotencyMismatch        422  the Idempotency-Key was used with another request
 ├── QuotaExceeded              429  the API key's sandboxes hold its limit already (`_quota`; E2B's full team)
+├── TooManySignIns             429  this client address failed too many key checks (`_signin`; Retry-After)
 ├── GuestUnresponsive          503  `requireHealthyGuest`: the sandbox's executor does not answer
 ├── NotSupported               501  an E2B feature this server does not offer (yet)
 ├── HoldQueueFull              503  too many requests are already held for sandboxes
@@ -34,6 +35,7 @@ __all__ = [
     "QuotaExceeded",
     "SandboxConflict",
     "SandboxNotFound",
+    "TooManySignIns",
 ]
 
 
@@ -94,6 +96,16 @@ class QuotaExceeded(ActivatorError):
     """A create would take the API key's live sandboxes past one of its limits; nothing was started."""
 
     status_code = 429
+
+
+class TooManySignIns(ActivatorError):
+    """The client's address failed too many key checks lately; `retry_after` seconds until it may try again."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class GuestUnresponsive(ActivatorError):

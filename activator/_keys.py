@@ -20,6 +20,7 @@ from collections.abc import Callable
 import msgspec
 
 from activator._records import ApiKey, KeyLimits
+from activator._signin import SignInLimiter
 from activator._store import Store
 
 __all__ = ["KEY_PATTERN", "ApiKeys"]
@@ -31,9 +32,13 @@ _SERVER_LIMITS = KeyLimits()  # every limit left to the server's defaults
 class ApiKeys:
     """Creates, lists, revokes and verifies API keys."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: Store, *, clock: Callable[[], float] = time.time, signin: SignInLimiter | None = None
+    ) -> None:
+        """`signin` limits the failed checks of each client address (`check`); None: no limit."""
         self._store = store
         self._clock = clock
+        self._signin = signin or SignInLimiter(0)
 
     async def create(self, name: str, limits: KeyLimits = _SERVER_LIMITS) -> tuple[ApiKey, str]:
         """A new random key: its listing and the key itself, which is shown once and never stored."""
@@ -74,6 +79,18 @@ class ApiKeys:
         if not KEY_PATTERN.fullmatch(raw):
             return None
         return await self._store.key_id(_digest(raw))
+
+    async def check(self, raw: str, client: str | None) -> str | None:
+        """`verify` for a request from the address `client`, within its sign-in limit (`_signin`): TooManySignIns
+        (429) while the address failed too often lately, whatever `raw` is. None: an address we do not know
+        (the check is not limited)."""
+        if client is None:
+            return await self.verify(raw)
+        self._signin.attempt(client)
+        owner = await self.verify(raw)
+        if owner is not None:
+            self._signin.succeeded(client)
+        return owner
 
     async def ensure_bootstrap_key(self, explicit: str | None) -> str | None:
         """Make sure some key works: register `explicit` (AGENT_SANDBOX_API_KEY), or create one when none works (on

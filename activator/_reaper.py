@@ -1,4 +1,5 @@
-"""The background pass over live sandboxes: enforce timeouts, apply the idle policy, purge old killed records.
+"""The background pass over live sandboxes: enforce timeouts, apply the idle policy, kill the sandboxes of keys
+revoked longer than the grace period ago, purge old killed records.
 
 An idle step is decided from a scan and re-checked under the sandbox's lock just before it happens (a guard):
 traffic that came, an open that started, or a wake-up under way since the scan cancel it, so a request never
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 
 from activator._activity import Activity
@@ -19,13 +21,16 @@ from activator._machine import Guard, SandboxMachine
 from activator._opener import Opener
 from activator._records import SandboxRecord, SandboxState
 from activator._store import Store
-from activator._transitions import Expire, Intent
+from activator._transitions import Expire, Intent, Kill
 from pool import PoolError, Runtime
 
 __all__ = ["Reaper"]
 
 _log = logging.getLogger("activator")
 _Due = tuple[str, Intent, Guard | None]
+# Seconds between two looks for revoked keys (one read of every key): a revoked key's sandboxes are killed within
+# this long after its grace period ends.
+REVOKED_SWEEP = 5.0
 
 
 class Reaper:
@@ -43,6 +48,7 @@ class Reaper:
         clock: Callable[[], float],
         interval: float,
         killed_retention: float,
+        revoked_grace: float,
         on_halt: Callable[[str], None] | None,
         coordinator: Coordinator,
     ) -> None:
@@ -55,6 +61,8 @@ class Reaper:
         self._clock = clock
         self.interval = interval
         self._killed_retention = killed_retention
+        self._revoked_grace = revoked_grace
+        self._swept_at = -math.inf  # clock time of the last look for revoked keys (`_kill_revoked`)
         self._on_halt = on_halt
         self._coordinator = coordinator
         self._since = clock()  # activity is not persisted: after a restart every sandbox counts as active from here
@@ -83,10 +91,23 @@ class Reaper:
             elif (step := self._idle_step(record, now)) is not None:
                 due.append(step)
         await asyncio.gather(*(self._apply(*item) for item in due))
+        await self._kill_revoked(now)
         live = self._machine.live
         self._activity.prune(live.keys())
         self._stays_frozen = {i: r for i, r in self._stays_frozen.items() if live.get(i) is r}
         await self._store.purge_killed(now - self._killed_retention)
+
+    async def _kill_revoked(self, now: float) -> None:
+        """Kill the sandboxes of keys revoked `revoked_grace` seconds ago or more (every `REVOKED_SWEEP` seconds)."""
+        if now - self._swept_at < REVOKED_SWEEP or not self._machine.live:
+            return
+        self._swept_at = now
+        ended = {
+            key.id for key in await self._store.keys()
+            if key.revoked_at is not None and key.revoked_at + self._revoked_grace <= now
+        }  # fmt: skip
+        doomed = [record.id for record in self._machine.live.values() if record.owner in ended]
+        await asyncio.gather(*(self._apply(sandbox_id, Kill("revoked"), None) for sandbox_id in doomed))
 
     def _idle_step(self, record: SandboxRecord, now: float) -> _Due | None:
         sandbox_id = record.id

@@ -43,6 +43,8 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     template_aliases: dict[str, str] = {}  # extra template names, e.g. {"code-interpreter-v1": "code-interpreter"}
     # What one API key's live sandboxes may hold where its own record leaves a limit to the server (0: unlimited).
     key_limits: KeyLimits = DEFAULT_KEY_LIMITS
+    # Seconds a revoked key's sandboxes live on before the reaper kills them (0: at its next sweep).
+    revoked_key_grace: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
 
     def __post_init__(self) -> None:
         longest = max(self.default_timeout, self.default_timeout_v1)

@@ -122,6 +122,32 @@ def _add_limits(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
     # fmt: on
 
 
+def _listen(text: str) -> tuple[str, int] | None:
+    """HOST:PORT of a listener (`[v6]:PORT` too), or `none`."""
+    if text == "none":
+        return None
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT or 'none', not {text!r}")
+    return _address(host.removeprefix("[").removesuffix("]")), int(port)
+
+
+def _add_access(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
+    # fmt: off
+    _env_option(serve, "--revoked-key-grace", defaults.revoked_key_grace, type=float, metavar="S",
+        help="seconds a revoked key's sandboxes keep running before they are killed; the key itself is refused at "
+        "once (default %(default)s)")
+    _env_option(serve, "--signin-failures", _shown(defaults.signin_failures), type=_limit, metavar="N|none",
+        help="failed API-key checks (API, MCP, UI sign-in) one client address may make a minute; past them every "
+        "check from it gets 429 + Retry-After (default %(default)s)")
+    _env_option(serve, "--metrics-auth", defaults.metrics_auth, choices=["key", "none"],
+        help="whether /metrics wants an API key (X-API-Key or Authorization: Bearer), default %(default)s")
+    _env_option(serve, "--metrics-listen", "none", type=_listen, metavar="HOST:PORT|none",
+        help="serve /metrics on a listener of its own instead of the main one, e.g. 127.0.0.1:9464 (default "
+        "%(default)s)")
+    # fmt: on
+
+
 def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None:
     # fmt: off
     _env_option(serve, "--runtime", defaults.runtime, choices=["local", "kubernetes"],
@@ -254,6 +280,7 @@ def _parser() -> argparse.ArgumentParser:
         "with ENOSPC (off: sandboxes share the data directory's filesystem unlimited; default %(default)s)")
     # fmt: on
     _add_limits(serve, defaults)
+    _add_access(serve, defaults)
     _add_connection_limits(serve, defaults.connections)
     _add_runtime(serve, defaults)
 
@@ -358,6 +385,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     key_limits=KeyLimits(max_sandboxes=args.key_max_sandboxes, max_memory_mb=args.key_max_memory_mb,
                                          max_vcpus=args.key_max_vcpus),
                     sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),
+                    revoked_key_grace=float(args.revoked_key_grace), signin_failures=args.signin_failures,
+                    metrics_auth=args.metrics_auth, metrics_listen=args.metrics_listen,
                     sandbox_disk_limit=args.sandbox_disk_limit == "on",
                 )
             )  # fmt: skip

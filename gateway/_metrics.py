@@ -1,8 +1,11 @@
 """`GET /metrics`: the Prometheus text format (version 0.0.4), rendered from plain numbers at scrape time.
 
 Served on the control plane only (a sandbox hostname routes to the sandbox, so `/metrics` there is the
-sandbox's own) and without an API key, like `/health`: the figures are counts and latencies, no sandbox ids,
-no metadata. Put the server behind a firewall or proxy if even those should stay private.
+sandbox's own), or on a listener of its own (`serve --metrics-listen HOST:PORT`, `_metrics_listener`). It wants
+an API key by default (`serve --metrics-auth key`: `X-API-Key`, or `Authorization: Bearer <key>` as Prometheus'
+`authorization` scrape setting sends it), checked as every key check is, within the client's sign-in limit;
+`--metrics-auth none` serves it to anyone who reaches it. The figures are counts and latencies: no sandbox ids,
+no metadata, nothing of any one key.
 
 Metrics (all prefixed `agent_sandbox_`):
     held_requests                        gauge      requests waiting for their sandbox to wake up
@@ -20,15 +23,17 @@ Metrics (all prefixed `agent_sandbox_`):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.datastructures import State
+from litestar.exceptions import NotAuthorizedException
 
 from activator import Activator, Histogram, HoldResult, SandboxState
+from gateway._platform import Platform
 
-__all__ = ["METRICS_SOURCE", "MetricsSource", "metrics_route", "render_metrics"]
+__all__ = ["METRICS_SOURCE", "KeyCheck", "MetricsSource", "metrics_route", "metrics_source", "render_metrics"]
 
 METRICS_SOURCE = "metrics_source"  # app.state key of the `MetricsSource`
 _PREFIX = "agent_sandbox_"
@@ -48,11 +53,25 @@ _POOL_COUNTERS = frozenset({"claims", "misses", "discarded", "refilled", "failur
 WarmPoolStats = Callable[[], Mapping[str, Any]]  # template -> a msgspec Struct of figures (pool.WarmPoolStats)
 
 
+class KeyCheck(Protocol):
+    """What a keyed /metrics needs of `ApiKeys`."""
+
+    async def check(self, raw: str, client: str | None) -> str | None: ...
+
+
 class MetricsSource(msgspec.Struct, frozen=True):
-    """Where the figures come from: the activator, and the warm pools when there are any."""
+    """Where the figures come from: the activator, and the warm pools when there are any; and the keys a scrape
+    must present one of (None: anyone may scrape)."""
 
     activator: Activator
     warm_pools: WarmPoolStats | None = None
+    keys: KeyCheck | None = None
+
+
+def metrics_source(platform: Platform) -> MetricsSource:
+    """The platform's figures, behind its keys unless `--metrics-auth none`."""
+    keys = platform.keys if platform.settings.metrics_auth == "key" else None
+    return MetricsSource(platform.activator, platform.warm_pool_stats, keys=keys)
 
 
 def render_metrics(source: MetricsSource) -> str:
@@ -60,11 +79,22 @@ def render_metrics(source: MetricsSource) -> str:
     return "".join(_lines(source))
 
 
-@get("/metrics", sync_to_thread=False)
-def metrics_route(state: State) -> Response[str]:
-    """Prometheus metrics; needs no API key."""
+@get("/metrics")
+async def metrics_route(request: Request[Any, Any, Any], state: State) -> Response[str]:
+    """Prometheus metrics: 401 without a key when they want one, 429 past the client's sign-in limit."""
     source: MetricsSource = state[METRICS_SOURCE]
+    if source.keys is not None:
+        await _require_key(request, source.keys)
     return Response(render_metrics(source), media_type=_CONTENT_TYPE)
+
+
+async def _require_key(request: Request[Any, Any, Any], keys: KeyCheck) -> None:
+    scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+    raw = request.headers.get("x-api-key") or (bearer.strip() if scheme.lower() == "bearer" else "")
+    if not raw:
+        raise NotAuthorizedException("/metrics wants an API key: send X-API-Key or Authorization: Bearer <key>")
+    if await keys.check(raw, request.client.host if request.client else None) is None:
+        raise NotAuthorizedException("invalid API key")
 
 
 def _lines(source: MetricsSource) -> Iterator[str]:

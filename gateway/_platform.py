@@ -22,6 +22,7 @@ from activator import (
     McpServer,
     RedisCoordinator,
     SandboxUrls,
+    SignInLimiter,
     SoloCoordinator,
     SqliteStore,
     Store,
@@ -145,7 +146,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         for work in _background_loops(stack, settings, runtime, activator, pools):
             stack.push_async_callback(_cancel, asyncio.create_task(work))
         stack.push_async_callback(pools.close)  # runs first: stop the refills, then kill unclaimed sandboxes
-        keys = ApiKeys(store)
+        keys = ApiKeys(store, signin=SignInLimiter(settings.signin_failures))
         urls = SandboxUrls(domain=settings.domain, scheme="https" if settings.tls_cert else "http", port=settings.port)
         mcp = McpServer(activator, keys, urls)
         await stack.enter_async_context(mcp.run())
@@ -258,7 +259,7 @@ def _activator_settings(settings: ServeSettings) -> ActivatorSettings:
         "domain": settings.domain, "pause_after": settings.pause_after, "snapshot_after": settings.snapshot_after,
         "max_held": settings.max_held, "hold_deadline": settings.hold_deadline,
         "default_internet": settings.sandbox_internet, "warm_builds": settings.warm_builds,
-        "key_limits": settings.key_limits,
+        "key_limits": settings.key_limits, "revoked_key_grace": settings.revoked_key_grace,
     }  # fmt: skip
     return msgspec.convert(values, ActivatorSettings)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import sys
 from types import FrameType
 
 import uvicorn
 import uvloop
+from uvicorn.config import SSL_PROTOCOL_VERSION, create_ssl_context
 
 from gateway._app import create_app
 from gateway._client_watch import ClientWatch
@@ -17,6 +19,8 @@ from gateway._connection_gate import ConnectionGate
 from gateway._fd_reserve import fd_budget, raise_fd_limit
 from gateway._guarded_http import GuardedWebSocketProtocol, guarded_protocol
 from gateway._key_secret import api_key_from_secret
+from gateway._metrics import metrics_source
+from gateway._metrics_listener import metrics_listener
 from gateway._platform import Platform, open_platform
 from gateway._settings import ServeSettings
 from pool import KubernetesRuntime
@@ -76,7 +80,7 @@ async def _serve(settings: ServeSettings) -> int | None:
     except ValueError as exc:
         sys.exit(f"agent-sandbox: {exc}")
     gate = ConnectionGate(max_total=budget.max_total, max_per_client=budget.max_per_client)
-    async with open_platform(settings) as platform:
+    async with open_platform(settings) as platform, metrics_listener(settings, metrics_source(platform)):
         await _bootstrap_key(settings, platform)
         server = _Server(_config(settings, create_app(platform), gate))
         server.gate = gate
@@ -119,7 +123,7 @@ def _config(settings: ServeSettings, app: ClientWatch, gate: ConnectionGate) -> 
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=guarded_protocol(settings.connections, gate),  # httptools, with the connection limits
+        http=guarded_protocol(settings.connections, gate, _tls(settings)),  # httptools, with the limits and TLS
         ws=GuardedWebSocketProtocol,  # websockets-sansio
         timeout_keep_alive=settings.connections.keep_alive_timeout,
         lifespan="off",  # resources live in `open_platform`, around the server
@@ -127,6 +131,13 @@ def _config(settings: ServeSettings, app: ClientWatch, gate: ConnectionGate) -> 
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=10,
-        ssl_certfile=settings.tls_cert,
-        ssl_keyfile=settings.tls_key,
+    )
+
+
+def _tls(settings: ServeSettings) -> ssl.SSLContext | None:
+    """The TLS of `--tls-cert`, as uvicorn would make it; the protocol shakes hands (`gateway._guarded_http`)."""
+    if settings.tls_cert is None:
+        return None
+    return create_ssl_context(
+        settings.tls_cert, settings.tls_key, None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE, None, None
     )

@@ -67,6 +67,13 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     # all sandboxes together may use on this machine (the parent cgroup's ceiling); docs/security.md, "Per-key limits"
     key_limits: KeyLimits = DEFAULT_KEY_LIMITS
     sandboxes_ceiling: HostCeiling = HostCeiling()
+    # Revocation and sign-in (docs/security.md, "Keys, sign-in and /metrics"): seconds a revoked key's sandboxes
+    # live on; failed key checks a client address may make a minute (0: no limit); whether /metrics wants a key,
+    # and the (host, port) of a listener of its own (None: the main one's /metrics)
+    revoked_key_grace: float = 3600.0
+    signin_failures: int = 60
+    metrics_auth: Literal["key", "none"] = "key"
+    metrics_listen: tuple[str, int] | None = None
     connections: ConnectionLimits = ConnectionLimits()
     # local: each sandbox's writable layer on a filesystem of its template's disk_mb (off: none; docs/security.md)
     sandbox_disk_limit: bool = True

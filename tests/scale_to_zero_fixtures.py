@@ -182,7 +182,7 @@ def counted(server: RunningServer, sandbox_id: str) -> dict[str, Any]:
 def metric(server: RunningServer, name: str, **labels: str) -> float:
     """One sample of the server's /metrics (0 when absent)."""
     wanted = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
-    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+    for line in httpx.get(f"{server.url}/metrics", headers={"X-API-Key": server.api_key}).text.splitlines():
         if line.startswith(f"{name}{wanted} "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0

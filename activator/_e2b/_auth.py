@@ -14,13 +14,15 @@ __all__ = ["ApiKeyAuth"]
 
 
 class ApiKeyAuth(AbstractAuthenticationMiddleware):
-    """Refuses requests without a valid `X-API-Key` (header names are case-insensitive) with 401."""
+    """Refuses requests without a valid `X-API-Key` (header names are case-insensitive) with 401, and every
+    request from an address that failed too many key checks lately with 429 (`ApiKeys.check`)."""
 
     async def authenticate_request(self, connection: ASGIConnection[Any, Any, Any, Any]) -> AuthenticationResult:
         raw = connection.headers.get("x-api-key")
         if not raw:
             raise NotAuthorizedException("missing X-API-Key header")
-        owner = await api_keys_from(connection.app.state).verify(raw)
+        client = connection.client.host if connection.client else None  # TooManySignIns (429) past its limit
+        owner = await api_keys_from(connection.app.state).check(raw, client)
         if owner is None:
             raise NotAuthorizedException("invalid API key")
         return AuthenticationResult(user=owner, auth=None)

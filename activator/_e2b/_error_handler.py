@@ -13,7 +13,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from activator._e2b._wire import ErrorBody
-from activator._errors import ActivatorError
+from activator._errors import ActivatorError, TooManySignIns
 
 __all__ = ["e2b_error_response"]
 
@@ -24,7 +24,8 @@ def e2b_error_response(request: Request[Any, Any, Any], exc: Exception) -> Respo
     """E2B's JSON error body with the status the exception stands for."""
     status, message = _status_and_message(request, exc)
     error_code = exc.error_code if isinstance(exc, ActivatorError) else None
-    return Response(ErrorBody(code=status, message=message, error_code=error_code), status_code=status)
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManySignIns) else None
+    return Response(ErrorBody(code=status, message=message, error_code=error_code), status_code=status, headers=headers)
 
 
 def _status_and_message(request: Request[Any, Any, Any], exc: Exception) -> tuple[int, str]:

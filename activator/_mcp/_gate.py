@@ -12,6 +12,8 @@ from typing import Protocol
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from activator._errors import TooManySignIns
+
 __all__ = ["OWNER", "ApiKeyGate", "KeyVerifier"]
 
 OWNER = "agent_sandbox.owner"  # ASGI scope key: the id of the API key that authenticated the request
@@ -22,13 +24,14 @@ _INVALID_REQUEST = -32600
 class KeyVerifier(Protocol):
     """What the gate needs of `ApiKeys`."""
 
-    async def verify(self, raw: str) -> str | None:
-        """The id of the key `raw`, or None if it is not a key."""
+    async def check(self, raw: str, client: str | None) -> str | None:
+        """The id of the key `raw`, or None if it is not a key; TooManySignIns while `client` failed too often."""
         ...
 
 
 class ApiKeyGate:
-    """Admits POSTs to `/mcp` that carry `Authorization: Bearer <key>` or `X-API-Key: <key>` of a known key."""
+    """Admits POSTs to `/mcp` that carry `Authorization: Bearer <key>` or `X-API-Key: <key>` of a known key (429 +
+    Retry-After from an address that failed too many key checks lately: `ApiKeys.check`)."""
 
     def __init__(self, keys: KeyVerifier, app: ASGIApp) -> None:
         self._keys = keys
@@ -43,7 +46,11 @@ class ApiKeyGate:
             await _refuse(send, 404, _INVALID_REQUEST, "not found: the MCP endpoint is /mcp")
             return
         raw = _presented_key(scope)
-        owner = None if raw is None else await self._keys.verify(raw)
+        try:
+            owner = None if raw is None else await self._keys.check(raw, _client(scope))
+        except TooManySignIns as exc:
+            await _refuse(send, 429, _UNAUTHORIZED, exc.message, retry_after=exc.retry_after)
+            return
         if owner is None:
             problem = "invalid API key" if raw else "missing API key"
             await _refuse(send, 401, _UNAUTHORIZED, f"{problem}: send 'Authorization: Bearer <key>' or 'X-API-Key'")
@@ -54,6 +61,11 @@ class ApiKeyGate:
             await _refuse(send, 405, _INVALID_REQUEST, "this server sends no messages on a GET stream; POST to /mcp")
             return
         await self._app({**scope, OWNER: owner}, receive, send)
+
+
+def _client(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _presented_key(scope: Scope) -> str | None:
@@ -68,7 +80,7 @@ def _presented_key(scope: Scope) -> str | None:
     return None
 
 
-async def _refuse(send: Send, status: int, code: int, message: str) -> None:
+async def _refuse(send: Send, status: int, code: int, message: str, *, retry_after: int | None = None) -> None:
     """A JSON-RPC error body, the shape MCP clients read from any failed HTTP answer and show to their user."""
     body = msgspec.json.encode({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -76,5 +88,7 @@ async def _refuse(send: Send, status: int, code: int, message: str) -> None:
         headers.append((b"www-authenticate", b'Bearer realm="agent-sandbox"'))
     if status == 405:
         headers.append((b"allow", b"POST, DELETE"))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -17,6 +17,7 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, QueryParameter
 from litestar.response import Redirect
 
+from activator import TooManySignIns
 from gateway.ui._auth import COOKIE, Forbidden, connection_session
 from gateway.ui._context import UiDep
 from gateway.ui._render import page, safe_next
@@ -51,10 +52,17 @@ async def sign_in(
     ui: UiDep,
     data: Annotated[SignInForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
 ) -> Response[Any]:
-    """Exchange a valid key for a session cookie; a wrong key gets the form again (401), without the key in it."""
+    """Exchange a valid key for a session cookie; a wrong key gets the form again (401), without the key in it, and
+    an address that failed too many key checks lately gets it with a 429 and Retry-After (`ApiKeys.check`)."""
     if not same_origin(request.headers):
         raise Forbidden("refused: sign in from this server's own sign-in page")
-    owner = await ui.services.keys.verify(data.key.strip())
+    try:
+        owner = await ui.services.keys.check(data.key.strip(), request.client.host if request.client else None)
+    except TooManySignIns as exc:
+        refused = page(ui, "login.html", session=None, next=safe_next(data.next), error=exc.message,
+                       signed_out=False, status_code=429)  # fmt: skip
+        refused.headers["Retry-After"] = str(exc.retry_after)
+        return refused
     if owner is None:
         error = "That is not an API key of this server. Keys look like e2b_ followed by 32 hex digits."
         return page(ui, "login.html", session=None, next=safe_next(data.next), error=error, signed_out=False,

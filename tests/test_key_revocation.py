@@ -1,0 +1,83 @@
+"""Revoking a key (`agent-sandbox keys revoke`, run beside the server as an operator runs it) refuses it at once
+everywhere (API, MCP, an open UI session) and, once the server's grace period has passed, kills its sandboxes;
+the key stays listed as revoked."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import Sandbox
+
+from activator import ApiKeys, Store
+from tests import test_activator_fakes as fakes
+from tests.key_fixtures import create_key, keys_command
+from tests.polling import wait_for
+from tests.server_fixtures import RunningServer, server_in_temp_dir
+from tests.ui_fixtures import sdk_options, sign_in
+
+store = fakes.store  # the shared fixture, bound by name for pytest
+GRACE = 15.0
+
+
+@pytest.mark.anyio
+async def test_the_reaper_kills_a_revoked_keys_sandboxes_only_after_the_grace(store: Store) -> None:
+    clock = fakes.Clock()
+    keys = ApiKeys(store, clock=clock)
+    (revoked, _), (kept, _) = await keys.create("revoked"), await keys.create("kept")
+    act = fakes.activator(store, fakes.FakeRuntime(), clock, revoked_key_grace=GRACE)
+    running = await act.create(revoked.id, fakes.request())
+    paused = await act.create(revoked.id, fakes.request())
+    await act.pause(revoked.id, paused.id)
+    other = await act.create(kept.id, fakes.request())
+    assert await keys.revoke(revoked.id)
+    clock.advance(GRACE - 1)
+    await act.reap_once()
+    assert set(act.live) == {running.id, paused.id, other.id}
+    clock.advance(6)  # past the grace, and past the reaper's next look for revoked keys
+    await act.reap_once()
+    assert set(act.live) == {other.id}
+
+
+@pytest.fixture(scope="module")
+def revoking_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with server_in_temp_dir(tmp_path_factory, "revoke", "--revoked-key-grace", str(GRACE)) as running:
+        yield running
+
+
+def _mcp_status(server: RunningServer, key: str) -> int:
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    return httpx.post(f"{server.url}/mcp", json=body, headers=headers, timeout=30).status_code
+
+
+def _running(server: RunningServer) -> int:
+    count: int = httpx.get(f"{server.url}/health").json()["sandboxes"]["running"]
+    return count
+
+
+def test_a_revoked_key_is_refused_everywhere_and_its_sandbox_killed_after_the_grace(
+    revoking_server: RunningServer,
+) -> None:
+    key, key_id = create_key(revoking_server, "--name", "leaving")
+    ui, _ = sign_in(revoking_server, key)
+    sandbox = Sandbox.create(**sdk_options(revoking_server, key))
+    assert ui.get("/ui/sandboxes").status_code == 200
+    assert _mcp_status(revoking_server, key) == 200
+    assert _running(revoking_server) == 1
+
+    keys_command(revoking_server, "revoke", key_id)
+    assert ui.get("/ui/sandboxes", follow_redirects=False).status_code == 303  # the session ended at once
+    wait_for(lambda: _mcp_status(revoking_server, key) == 401, what="MCP to refuse the revoked key")
+    listing = f"{revoking_server.url}/v2/sandboxes"
+    wait_for(lambda: httpx.get(listing, headers={"X-API-Key": key}).status_code == 401, what="the API to refuse it")
+    assert _running(revoking_server) == 1  # the grace has not passed
+    listed = keys_command(revoking_server, "list")
+    assert re.search(rf"^{key_id}\tleaving\t.*\trevoked \d+$", listed, re.MULTILINE), listed
+
+    wait_for(lambda: _running(revoking_server) == 0, what="the revoked key's sandbox to be killed after the grace")
+    log = (revoking_server.data_dir.parent / f"{revoking_server.data_dir.name}.server.log").read_text()
+    assert f"sandbox={sandbox.sandbox_id} transition=running->killed reason=revoked" in log
+    ui.close()
