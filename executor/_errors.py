@@ -127,6 +127,8 @@ _BY_ERRNO: dict[int, type[ExecutorError]] = {
     errno.ENOTEMPTY: FailedPrecondition,
     errno.EINVAL: InvalidArgument,
     errno.ENAMETOOLONG: InvalidArgument,
+    errno.ENXIO: InvalidArgument,  # a socket or a device with no driver: /proc/self/fd/<socket>
+    errno.ENODEV: InvalidArgument,
     errno.ELOOP: FailedPrecondition,
     errno.EXDEV: FailedPrecondition,
     errno.EACCES: PermissionDenied,

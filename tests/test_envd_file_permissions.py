@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from e2b import FileType, SandboxException
+from e2b import FileType, InvalidArgumentException, SandboxException
 
 from tests.executor_fixtures import Envd, executor_in_sandbox, run_executor
 from tests.server_fixtures import RunningServer
@@ -131,6 +131,14 @@ def test_user_may_write_but_not_replace_roots_world_writable_file_in_tmp(own: En
     info = files.get_info(path, user="user")
     assert (files.read(path, user="user"), info.owner, info.metadata) == ("new", "root", {"k": "v"})
     assert as_root(own, "ls -A /tmp | grep -c '[.]upload$' || true").strip() == "0"
+
+
+def test_proc_self_is_the_users_own_process(own: Envd) -> None:
+    """As `user`, /proc/self is that user's helper, not the executor: its fd 0 is a socket, which cannot be opened."""
+    files = own.sandbox().files
+    with pytest.raises(InvalidArgumentException, match="No such device or address"):
+        files.read("/proc/self/fd/0", user="user")
+    assert "AGENT_SANDBOX_EXECUTOR_HELPER=1" in files.read("/proc/self/environ", user="user")
 
 
 def test_a_helper_the_user_killed_is_replaced(own: Envd) -> None:
