@@ -197,8 +197,9 @@ def _prepared(upload: Upload, path: str, owner: tuple[int, int], mode: int | Non
 
 
 def _in_place(destination: str, path: str, metadata: dict[str, str], created: list[str]) -> Upload:
-    with os_errors(f"error opening '{path}' for writing"):
-        fd = os.open(destination, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    with os_errors(f"error opening '{path}' for writing"):  # O_NONBLOCK: a FIFO nobody reads is ENXIO, not a hang
+        fd = os.open(destination, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(fd, True)
     try:
         replace_metadata(fd, path, metadata)
     except BaseException:

@@ -68,6 +68,12 @@ def test_a_link_is_written_through_to_the_file_it_names(tmp_path: Path) -> None:
     assert (tmp_path / "target.txt").read_bytes() == b"new"
 
 
+def test_a_fifo_nobody_reads_is_refused_rather_than_waited_for(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InvalidArgument, match="No such device or address"):
+        _fs_ops.open_for_upload(str(tmp_path / "fifo"), UID, GID, {})
+
+
 def test_a_special_file_is_written_in_place_and_a_directory_refused(tmp_path: Path) -> None:
     upload = _fs_ops.open_for_upload("/dev/null", UID, GID, {})
     os.close(upload.fd)
