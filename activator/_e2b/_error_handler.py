@@ -1,7 +1,8 @@
 """The one exception handler of the control plane: every error becomes E2B's `{"code", "message", "error_code"?}`.
 
 ActivatorErrors carry their status; Litestar's HTTP errors (validation 400, auth 401, body too large 413, ...)
-keep theirs; anything else is logged with its traceback and answered 500 without it.
+keep theirs, and their headers (a 405's `Allow`); anything else is logged with its traceback and answered 500
+without it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def e2b_error_response(request: Request[Any, Any, Any], exc: Exception) -> Respo
     """E2B's JSON error body with the status the exception stands for."""
     status, message = _status_and_message(request, exc)
     error_code = exc.error_code if isinstance(exc, ActivatorError) else None
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManySignIns) else None
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    if isinstance(exc, TooManySignIns):
+        headers = {"Retry-After": str(exc.retry_after)}
     return Response(ErrorBody(code=status, message=message, error_code=error_code), status_code=status, headers=headers)
 
 
