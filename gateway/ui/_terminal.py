@@ -9,13 +9,15 @@ the cookie, and the session's CSRF token in the `csrf` query parameter (a browse
 A refused handshake is answered 403 with no detail. A sandbox that is gone or kept paused by its user is accepted
 and closed at once with the reason, so the page can say why. The shell is killed when the WebSocket closes; while
 it is open, its connection keeps the sandbox busy, so the idle policy does not pause it under the user's hands.
+The session is checked again every `_SESSION_CHECK` seconds: a sign-out or a revoked key closes the terminal and
+kills its shell.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import msgspec
@@ -23,8 +25,8 @@ from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
 
 from activator import ActivatorError
-from gateway.ui._auth import CSRF_HEADER, connection_session
-from gateway.ui._context import SandboxIdPath, UiDep
+from gateway.ui._auth import COOKIE, CSRF_HEADER, connection_session, live_session
+from gateway.ui._context import SandboxIdPath, UiContext, UiDep
 from gateway.ui._envd import EnvdError, Pty
 from gateway.ui._sandbox_io import envd_for
 from gateway.ui._security import csrf_matches, same_origin
@@ -33,6 +35,11 @@ from pool import ExecutorError
 __all__ = ["terminal"]
 
 _MAX_SIZE = 500  # columns or rows; more is a broken client
+_SESSION_CHECK = 1.0  # seconds between two checks that the terminal's session is still live
+
+
+class _SignedOut(Exception):
+    """The terminal's session ended (signed out, expired, or its key revoked)."""
 
 
 class _Resize(msgspec.Struct):
@@ -55,19 +62,22 @@ async def terminal(socket: WebSocket[Any, Any, Any], ui: UiDep, sandbox_id: Sand
     try:
         envd = envd_for(ui, ui.services.activator.get(session.owner, sandbox_id))
         async with envd.pty(_size(socket, "cols", 80), _size(socket, "rows", 24)) as pty:
-            await _bridge(socket, pty)
+            await _bridge(socket, pty, _session_ends(ui, socket.cookies.get(COOKIE)))
         await _finish(socket, {"exit": pty.status or "the shell ended"})
+    except _SignedOut:
+        await _finish(socket, {"error": "signed out: sign in again to open a terminal"})
     except (ActivatorError, EnvdError) as exc:
         await _finish(socket, {"error": exc.message})
     except WebSocketDisconnect:
         pass
 
 
-async def _bridge(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
-    """Copy both ways until the shell exits or the page goes away."""
+async def _bridge(socket: WebSocket[Any, Any, Any], pty: Pty, session_ends: Coroutine[Any, Any, None]) -> None:
+    """Copy both ways until the shell exits, the page goes away or the session ends (`_SignedOut`)."""
     output = asyncio.create_task(_to_page(socket, pty))
     keys = asyncio.create_task(_to_shell(socket, pty))
-    done, pending = await asyncio.wait({output, keys}, return_when=asyncio.FIRST_COMPLETED)
+    watch = asyncio.create_task(session_ends)
+    done, pending = await asyncio.wait({output, keys, watch}, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
     for task in pending:
@@ -75,6 +85,13 @@ async def _bridge(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
             await task  # cancelled: how it ended does not matter any more
     for task in done:
         task.result()  # re-raise what ended it (EnvdError is reported to the page; a disconnect ends quietly)
+
+
+async def _session_ends(ui: UiContext, token: str | None) -> None:
+    while True:
+        await asyncio.sleep(_SESSION_CHECK)
+        if await live_session(ui, token) is None:
+            raise _SignedOut
 
 
 async def _to_page(socket: WebSocket[Any, Any, Any], pty: Pty) -> None:
