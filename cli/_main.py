@@ -288,14 +288,14 @@ def _parser() -> argparse.ArgumentParser:
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser("create", help="create a key and print it (it is shown only once)")
     create.add_argument("--name", default="", help="a label for the key")
-    _add_key_limits(create, "(default: the server's --key-max-*)")
+    _add_key_limits(create, "left out: the server's")
     _add_common(create)
     _add_common(key_commands.add_parser(
         "list", help="list keys: ids, names, limits, revocation (keys are stored hashed)"
     ))  # fmt: skip
     update = key_commands.add_parser("update", help="change a key's limits (a running server applies them at once)")
     update.add_argument("key_id")
-    _add_key_limits(update, "(default: unchanged)")
+    _add_key_limits(update, "left out: unchanged")
     _add_common(update)
     revoke = key_commands.add_parser(
         "revoke", help="revoke a key by id: refused at once (API, MCP, UI sessions); its sandboxes are killed after "
@@ -327,16 +327,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_key_limits(parser: argparse.ArgumentParser, unset: str) -> None:
-    for flag, what in (("--max-sandboxes", "live sandboxes (running, paused or snapshotted)"),
-                       ("--max-memory-mb", "MiB of memory their templates declare, in total"),
-                       ("--max-vcpus", "vCPUs their templates declare, in total")):  # fmt: skip
+    for flag, what in (("--max-sandboxes", "live sandboxes (running, paused or snapshotted) the key may hold"),
+                       ("--max-memory-mb", "MiB of memory the key's live sandboxes may declare in total"),
+                       ("--max-vcpus", "vCPUs the key's live sandboxes may declare in total")):  # fmt: skip
         parser.add_argument(
             flag,
             dest=LIMIT_FLAGS[flag],
             type=key_limit,
             default=argparse.SUPPRESS,
             metavar="N|none|default",
-            help=f"the most {what} the key holds at once; none: unlimited, default: the server's {unset}",
+            help=f"{what}; none: unlimited, default: the server's --key-{flag[2:]} ({unset})",
         )
 
 
