@@ -256,7 +256,8 @@ async def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path:
         after_mounts, after_processes, leftovers = _host_footprint(tmp_path)
         assert leftovers == []
         assert after_mounts == mounts
-        assert set(after_processes) - set(processes) == set()
+        extra = set(after_processes) - set(processes)
+        assert extra == set(), [Path(f"/proc/{p}/status").read_text()[:300] for p in extra]
         cgroups = [p for p in Path("/sys/fs/cgroup").glob(f"*/{runtime_cgroup(tmp_path)}/*") if p.is_dir()]
         assert cgroups == []
 

@@ -130,8 +130,7 @@ class LocalSandboxes:
         box = Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
         base = host_id_base(slot)
         try:
-            for i in range(len(layers)):
-                (directory / "lower" / str(i)).mkdir(parents=True, exist_ok=True)
+            directory.mkdir(parents=True, exist_ok=True)
             (directory / "slot").write_text(str(slot))
             (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
             (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))

@@ -29,7 +29,6 @@ Why the command lines look the way they do (`criu-debian.md`, `local-runtime-lab
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import subprocess
@@ -41,8 +40,8 @@ import msgspec
 
 from pool._errors import RuntimeFailure
 from pool._local._criu import CriuBinary, log_tail, run_criu
-from pool._local._launcher import ROOT_MOUNTPOINT, drop_other_sandboxes_mounts
-from pool._local._syscalls import CLONE_NEWNS, bind_idmapped, make_mounts_private, unshare
+from pool._local._launcher import ROOT_MOUNTPOINT, root_mounts
+from pool._local._syscalls import CLONE_NEWNS, MS_NODEV, MS_NOSUID, make_mounts_private, unshare
 from pool._local._userns import create_userns, host_id_base
 
 __all__ = ["CheckpointInfo", "checkpoint", "restore"]
@@ -52,9 +51,6 @@ __all__ = ["CheckpointInfo", "checkpoint", "restore"]
 # files must be found by path, and only under these. CRIU scans them only for a watch it cannot resolve.
 _WATCHED = ("/home", "/root", "/tmp", "/opt", "/srv", "/workspace", "/etc", "/usr/share", "/usr/local/share")
 _IRMAP = [arg for d in _WATCHED for arg in ("--irmap-scan-path", d)]
-_MS_NOSUID = 0x2
-_MS_NODEV = 0x4
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class CheckpointInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,23 +162,13 @@ def _mount_steps(sandbox_dir: Path, layers: list[Path], userns_fd: int) -> Calla
     The overlay gets nosuid,nodev here because CRIU bind-mounts `--root` as the sandbox's `/` with the
     source's flags, and bubblewrap's `--bind` had added those two.
     """
-    lowers = [str(sandbox_dir / "lower" / str(i)) for i in range(len(layers))]
-    options = f"lowerdir={':'.join(lowers)},upperdir={sandbox_dir / 'upper'},workdir={sandbox_dir / 'work'}"
-    root, sources = str(ROOT_MOUNTPOINT).encode(), [str(layer) for layer in layers]
+    mount_root = root_mounts(sandbox_dir, layers)
 
     def steps() -> None:
         try:
             unshare(CLONE_NEWNS)
             make_mounts_private()
-            drop_other_sandboxes_mounts(sandbox_dir)
-            for source, target in zip(sources, lowers, strict=True):
-                bind_idmapped(source, target, userns_fd, read_only=True)
-            deadline = time.monotonic() + 5  # the dumped sandbox's overlay may be in its last microseconds
-            while _libc.mount(b"overlay", root, b"overlay", _MS_NOSUID | _MS_NODEV, options.encode()) < 0:
-                err = ctypes.get_errno()
-                if err != 16 or time.monotonic() > deadline:  # EBUSY: upperdir still in use
-                    raise OSError(err, f"mount overlay at {root.decode()}: {os.strerror(err)}")
-                time.sleep(0.01)
+            mount_root(userns_fd, MS_NOSUID | MS_NODEV)
         except OSError as exc:
             os.write(2, f"preparing the restore's mounts failed: {exc}\n".encode())  # fd 2 is restore.out
             raise

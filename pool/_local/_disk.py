@@ -34,7 +34,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pool._local._syscalls import mount, unmount_lazily
+from pool._local._syscalls import MS_NODEV, MS_NOSUID, mount, unmount_lazily
 
 __all__ = ["BYTES_PER_INODE", "DiskImages", "DiskUsage", "disk_usage"]
 
@@ -48,7 +48,6 @@ _LO_FLAGS_AUTOCLEAR = 4  # the loop device goes with the last unmount
 # The image's pages are not cached a second time outside the sandbox's memory cgroup (a backing filesystem
 # without O_DIRECT, such as tmpfs, makes the kernel fall back to buffered I/O by itself).
 _LO_FLAGS_DIRECT_IO = 16
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
 
 
 class _LoopInfo64(ctypes.Structure):
@@ -136,7 +135,7 @@ class DiskImages:
         finally:
             os.close(fd)
         try:  # the device stays configured while `loop` is open, and from then on while it is mounted
-            mount(device, str(target), "ext4", "noinit_itable,discard,errors=remount-ro", _MS_NOSUID | _MS_NODEV)
+            mount(device, str(target), "ext4", "noinit_itable,discard,errors=remount-ro", MS_NOSUID | MS_NODEV)
         finally:
             os.close(loop)
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import functools
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from pool._local._sandbox import Sandbox
 from pool._local._syscalls import (
     CLONE_NEWNS,
     CLONE_NEWUSER,
+    MS_BIND,
     bind_idmapped,
     make_mounts_private,
     mount,
@@ -40,9 +43,9 @@ __all__ = [
     "SANDBOX_CAPABILITIES",
     "SANDBOX_PATH",
     "bwrap_argv",
-    "drop_other_sandboxes_mounts",
     "launch",
     "launcher_steps",
+    "root_mounts",
     "shm_size",
 ]  # fmt: skip
 
@@ -56,6 +59,8 @@ SANDBOX_CAPABILITIES = (
 # Where the launcher mounts the sandbox's root in its private mount namespace. bubblewrap opens it as the
 # sandbox's root uid, which could not traverse a data directory only host root may enter (e.g. mode 0700).
 ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
+_LAYER_MOUNTS = Path("/run/agent-sandbox/layers")  # the template layers, id-mapped, under the overlay (`root_mounts`)
+_WRITABLE_MOUNT = Path("/run/agent-sandbox/writable")  # the directory with the overlay's upper and work
 # Every sandbox process starts with this PATH unless its template or request sets another.
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -99,10 +104,7 @@ def launcher_steps(
     *, sandbox_dir: Path, layers: list[Path], userns_fd: int, cgroup_procs: list[str]
 ) -> Callable[[], None]:
     """The `preexec_fn` that prepares the launcher child before it execs bubblewrap."""
-    lowers = [str(sandbox_dir / "lower" / str(i)) for i in range(len(layers))]
-    overlay = f"lowerdir={':'.join(lowers)},upperdir={sandbox_dir / 'upper'},workdir={sandbox_dir / 'work'}"
-    root = str(ROOT_MOUNTPOINT)
-    sources = [str(layer) for layer in layers]
+    root = root_mounts(sandbox_dir, layers)
 
     def steps() -> None:
         for procs in cgroup_procs:
@@ -110,16 +112,47 @@ def launcher_steps(
                 f.write("0")
         unshare(CLONE_NEWNS)
         make_mounts_private()
-        drop_other_sandboxes_mounts(sandbox_dir)
-        for source, target in zip(sources, lowers, strict=True):
-            bind_idmapped(source, target, userns_fd, read_only=True)
-        mount("overlay", root, "overlay", overlay)
+        root(userns_fd, 0)
         setns(userns_fd, CLONE_NEWUSER)
         os.setgroups([])
         os.setresgid(0, 0, 0)
         os.setresuid(0, 0, 0)
 
     return steps
+
+
+def root_mounts(sandbox_dir: Path, layers: list[Path]) -> Callable[[int, int], None]:
+    """What mounts the sandbox's root at ROOT_MOUNTPOINT, to be called (with the user namespace whose id map
+    shifts the layers' owners, and mount flags) in a private mount namespace just copied from the host's.
+
+    The id-mapped template layers and the directory of the writable layer are bound at neutral paths under
+    /run/agent-sandbox first, and the overlay is made of those: its options are what /proc/self/mountinfo shows
+    inside, which then names no host path (data directory, sandbox ids, image cache). The mount points are made
+    here, on the host, before the fork. An overlay still going away (a sandbox just dumped by CRIU) makes the
+    mount EBUSY for a moment: it is tried again for up to 5 s.
+    """
+    lowers = [f"{_LAYER_MOUNTS}/{i}" for i in range(len(layers))]
+    for lower in (*lowers, str(_WRITABLE_MOUNT)):
+        os.makedirs(lower, exist_ok=True)
+    writable = str((sandbox_dir / "upper").resolve().parent)  # with `upper` and `work` in it (`_disk`)
+    options = f"lowerdir={':'.join(lowers)},upperdir={_WRITABLE_MOUNT}/upper,workdir={_WRITABLE_MOUNT}/work"
+    sources = [str(layer) for layer in layers]
+
+    def mount_root(userns_fd: int, flags: int) -> None:
+        drop_other_sandboxes_mounts(sandbox_dir)
+        for source, target in zip(sources, lowers, strict=True):
+            bind_idmapped(source, target, userns_fd, read_only=True)
+        mount(writable, str(_WRITABLE_MOUNT), "", "", MS_BIND)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                return mount("overlay", str(ROOT_MOUNTPOINT), "overlay", options, flags)
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    return mount_root
 
 
 def drop_other_sandboxes_mounts(sandbox_dir: Path) -> None:

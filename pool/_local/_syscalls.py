@@ -9,6 +9,9 @@ __all__ = [
     "CLONE_NEWNET",
     "CLONE_NEWNS",
     "CLONE_NEWUSER",
+    "MS_BIND",
+    "MS_NODEV",
+    "MS_NOSUID",
     "bind_idmapped",
     "make_mounts_private",
     "mount",
@@ -21,6 +24,9 @@ __all__ = [
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_BIND = 0x1000
 
 _MS_REC = 0x4000
 _MNT_DETACH = 2
