@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from activator import KEY_PATTERN, ApiKeys, SqliteStore, Store
+from activator import KEY_PATTERN, ApiKeys, KeyLimits, SqliteStore, Store
 from tests import test_activator_fakes as fakes
 
 pytestmark = pytest.mark.anyio
@@ -71,3 +71,37 @@ async def test_an_explicit_key_of_the_wrong_shape_is_refused(store: Store, bad: 
     with pytest.raises(ValueError, match="32 lowercase hex"):
         await ApiKeys(store).ensure_bootstrap_key(bad)
     assert await store.keys() == []
+
+
+async def test_a_revoked_key_is_kept_listed_and_cannot_be_revoked_again(store: Store) -> None:
+    keys = ApiKeys(store, clock=lambda: 42.0)
+    key, raw = await keys.create("laptop")
+    assert await keys.active(key.id)
+    assert await keys.revoke(key.id)
+    assert not await keys.active(key.id)
+    assert [(k.id, k.revoked_at) for k in await keys.list_keys()] == [(key.id, 42.0)]
+    assert await keys.verify(raw) is None
+    assert not await keys.revoke(key.id)
+
+
+async def test_a_revoked_explicit_key_stays_revoked_and_no_working_key_means_a_new_one(store: Store) -> None:
+    explicit = "e2b_" + "cd" * 16
+    keys = ApiKeys(store)
+    await keys.ensure_bootstrap_key(explicit)
+    [key] = await keys.list_keys()
+    await keys.revoke(key.id)
+    assert await keys.ensure_bootstrap_key(explicit) is None
+    assert await keys.verify(explicit) is None
+    created = await keys.ensure_bootstrap_key(None)  # every key is revoked: as on a first start
+    assert created is not None
+    assert await keys.verify(created) is not None
+
+
+async def test_updated_limits_are_stored_and_an_unknown_key_is_none(store: Store) -> None:
+    keys = ApiKeys(store)
+    key, _ = await keys.create("laptop", KeyLimits(max_sandboxes=2))
+    updated = await keys.update(key.id, KeyLimits(max_sandboxes=5, max_vcpus=0))
+    assert updated is not None
+    assert (await keys.get(key.id)) == updated
+    assert updated.limits == KeyLimits(max_sandboxes=5, max_vcpus=0)
+    assert await keys.update("nobody", KeyLimits()) is None
