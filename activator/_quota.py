@@ -24,7 +24,7 @@ from typing import NamedTuple
 from activator._errors import QuotaExceeded
 from activator._records import KeyLimits, SandboxRecord
 
-__all__ = ["DEFAULT_KEY_LIMITS", "KeyQuota", "Share"]
+__all__ = ["DEFAULT_KEY_LIMITS", "KeyQuota"]
 
 # The server's limits where a key's own leave them to it (`serve --key-max-*`): 100 sandboxes is E2B Pro's
 # concurrency. Declared memory and vCPUs are ceilings, not use (a sandbox rarely fills its template's), so they are
