@@ -16,8 +16,8 @@ from e2b import RateLimitException, Sandbox
 
 from activator import ApiKeys, KeyLimits, QuotaExceeded, SandboxRecord, Store
 from gateway import ServeSettings
-from pool import SandboxSpec
-from pool._local._cgroups import cgroup_root_for
+from pool import HostCeiling, SandboxSpec
+from pool._local._cgroups import cgroup_root_for, write_ceiling
 from tests import test_activator_fakes as fakes
 from tests.key_fixtures import create_key, keys_command
 from tests.server_fixtures import RunningServer, server_in_temp_dir
@@ -170,3 +170,31 @@ def test_the_default_ceiling_leaves_the_host_memory_and_process_ids(server: Runn
     memory, pids_max = _ceiling(server.data_dir)
     assert total - max(total // 10, 1 << 30) - 4096 < memory <= total - max(total // 10, 1 << 30)  # page-rounded
     assert pids_max == str(pids)
+
+
+def test_auto_leaves_a_tenth_of_the_memory_at_least_a_gib_and_half_the_process_ids(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "meminfo").write_text("MemTotal:        4194304 kB\nMemFree:  1 kB\n")  # 4 GiB
+    (tmp_path / "sys" / "kernel" / "pid_max").write_text("4194304\n")
+    (tmp_path / "sys" / "kernel" / "threads-max").write_text("60000\n")
+    assert HostCeiling().resolved(tmp_path) == ((4 << 30) - (1 << 30), 30000)
+    assert HostCeiling(memory_mb=2048, pids=0).resolved(tmp_path) == (2048 << 20, None)
+    assert HostCeiling(memory_mb=0, pids=100).resolved(tmp_path) == (None, 100)
+
+
+@pytest.mark.parametrize(
+    ("controllers", "memory_file", "unlimited"),
+    [(("unified",), "unified/memory.max", "max"), (("memory", "pids"), "memory/memory.limit_in_bytes", "-1")],
+    ids=["v2", "v1"],
+)
+def test_the_ceiling_is_written_where_each_cgroup_version_keeps_it(
+    tmp_path: Path, controllers: tuple[str, ...], memory_file: str, unlimited: str
+) -> None:
+    roots = {name: tmp_path / name for name in controllers}
+    for root in roots.values():
+        root.mkdir()
+    pids_file = tmp_path / controllers[-1] / "pids.max"
+    write_ceiling(roots, 1 << 30, 500)
+    assert ((tmp_path / memory_file).read_text(), pids_file.read_text()) == (str(1 << 30), "500")
+    write_ceiling(roots, None, None)
+    assert ((tmp_path / memory_file).read_text(), pids_file.read_text()) == (unlimited, "max")

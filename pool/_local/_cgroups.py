@@ -21,7 +21,10 @@ import msgspec
 from pool._errors import RuntimeFailure
 from pool._templates import Resources
 
-__all__ = ["CgroupUsage", "HostCeiling", "SandboxCgroup", "cgroup_layout", "cgroup_root_for", "set_sandboxes_ceiling"]
+__all__ = [
+    "CgroupUsage", "HostCeiling", "SandboxCgroup", "cgroup_layout", "cgroup_root_for", "set_sandboxes_ceiling",
+    "write_ceiling",
+]  # fmt: skip
 
 _V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
 _CFS_PERIOD_US = 100_000
@@ -100,7 +103,13 @@ def set_sandboxes_ceiling(parent: str, ceiling: HostCeiling) -> tuple[int | None
 
     RuntimeFailure when the kernel refuses it (v1 answers EBUSY to a memory limit below what is in use).
     """
-    roots, (memory, pids) = cgroup_root_for(parent), ceiling.resolved()
+    memory, pids = ceiling.resolved()
+    write_ceiling(cgroup_root_for(parent), memory, pids)
+    return memory, pids
+
+
+def write_ceiling(roots: dict[str, Path], memory: int | None, pids: int | None) -> None:
+    """Write the limits to the parent cgroup directories `roots` (v2: "unified"; v1: one per controller)."""
     v2 = "unified" in roots
     writes = (
         (roots["unified" if v2 else "memory"] / ("memory.max" if v2 else "memory.limit_in_bytes"),
@@ -112,7 +121,6 @@ def set_sandboxes_ceiling(parent: str, ceiling: HostCeiling) -> tuple[int | None
             path.write_text(value)
         except OSError as exc:
             raise RuntimeFailure(f"could not set {path} to {value}: {exc}") from exc
-    return memory, pids
 
 
 def _meminfo_kib(path: Path, field: str) -> int:
