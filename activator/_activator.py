@@ -51,7 +51,7 @@ from activator._telemetry import Telemetry
 from activator._template_builds import TemplateBuilds, WarmBuilds
 from activator._template_files import TemplateFiles
 from activator._template_records import TemplateLedger
-from activator._transitions import Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
+from activator._transitions import Crash, Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
 from pool import ExecutorInit, Runtime, SandboxStats, Template, TemplateBuilder
 
 __all__ = ["Activator", "Page", "TemplateBuildSource"]
@@ -166,10 +166,11 @@ class Activator:
             self._activity.touch_busy()
             await asyncio.sleep(interval)
 
-    async def sandbox_exited(self, sandbox_id: str) -> None:
-        """The runtime saw the sandbox's processes end on their own (a crash, or its pid 1 exited): record it."""
+    async def sandbox_exited(self, sandbox_id: str, why: str) -> None:
+        """The runtime saw the sandbox's processes end on their own (its pid 1 died) and kept its files: record it
+        as crashed, `why`, until it is killed or started again."""
         with contextlib.suppress(SandboxNotFound, SandboxConflict):  # killed by a request or the reaper meanwhile
-            await self._machine.apply(sandbox_id, Kill("exited"))
+            await self._machine.apply(sandbox_id, Crash(why))
 
     async def kill_all(self) -> int:
         """Kill every sandbox of every key (the operator's `agent-sandbox cleanup`); returns how many there were."""

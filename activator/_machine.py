@@ -295,7 +295,8 @@ class SandboxMachine:
     def _remember(self, step: Step) -> None:
         record = step.record
         if step.log:
-            self._log(record.id, "info", step.log)
+            crashed = record.crash is not None and step.before is not None and step.before.crash is None
+            self._log(record.id, "error" if crashed else "info", step.log)
         if record.state is SandboxState.KILLED:
             self._live.pop(record.id, None)
             self._logs.drop(record.id)

@@ -40,7 +40,8 @@ _ID_LENGTH = 20
 MAX_SANDBOX_ID_LENGTH = 64
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
-PauseReason = Literal["api", "timeout", "idle"]  # idle: the idle policy's, invisible on the E2B API
+# idle: the idle policy's, invisible on the E2B API; crash: its processes ended by themselves (`crash` says why)
+PauseReason = Literal["api", "timeout", "idle", "crash"]
 SnapshotKind = Literal["criu", "filesystem"]  # what the runtime's snapshot kept (pool.SnapshotKind)
 
 
@@ -110,6 +111,7 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     remaining: float = 0.0
     pause_reason: PauseReason | None = None  # None while running
     snapshot_kind: SnapshotKind | None = None  # set once a snapshot finished, while snapshotted
+    crash: str | None = None  # why its processes ended by themselves, while it stays snapshotted after that
     metadata: dict[str, str] = {}
     env_vars: dict[str, str] = {}
     access_token: str | None = None  # envd's X-Access-Token; None means envd accepts any caller

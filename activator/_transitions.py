@@ -6,11 +6,12 @@ machine (`_machine`) carries plans out, one at a time per sandbox.
 
 States: running, paused (frozen), snapshotted (no process), killed. A paused or snapshotted sandbox has a
 reason: `idle` (the idle policy: transparent, the E2B API still says running, its TTL keeps running) or
-`api` / `timeout` ("user-paused": E2B says paused, its TTL is stopped and kept in `remaining`).
+`api` / `timeout` / `crash` ("user-paused": E2B says paused, its TTL is stopped and kept in `remaining`).
 
     intent        running                  paused (idle)           snapshotted (idle)      user-paused
     Start         (no change)              (no change)             (no change)             (no change)
     Kill          stop                     stop                    stop                    stop
+    Crash         -> user-paused (crash)   -> user-paused (crash)  (no change)             paused: (crash)
     Pause (E2B)   snapshot -> user-paused  snapshot -> user-paused record only (*)         SandboxConflict
     IdleFreeze    freeze -> paused (idle)  (no change)             (no change)             (no change)
     IdleSnapshot  snapshot                 snapshot                (no change)             (no change)
@@ -44,6 +45,7 @@ from activator._records import Egress, SandboxRecord, SandboxState
 
 __all__ = [
     "Action",
+    "Crash",
     "Expire",
     "IdleFreeze",
     "IdleSnapshot",
@@ -80,6 +82,15 @@ class Kill(msgspec.Struct, frozen=True, tag=True):
     """Stop the sandbox for good; `reason` is a token for logs (`request`, `exited`, `timeout`, ...)."""
 
     reason: str = "request"
+
+
+class Crash(msgspec.Struct, frozen=True, tag=True):
+    """The sandbox's processes ended by themselves (its pid 1 died, e.g. to the OOM killer), `why` as the runtime
+    saw it: it stays, files only, as if its owner had paused it (the E2B API has no crashed state; a connect
+    starts it again over its files), until it is killed."""
+
+    why: str
+    reason = "crash"
 
 
 class Pause(msgspec.Struct, frozen=True, tag=True):
@@ -148,7 +159,20 @@ class Reassert(msgspec.Struct, frozen=True, tag=True):
     reason = "recover"
 
 
-Intent = Start | Kill | Pause | IdleFreeze | IdleSnapshot | Resume | Wake | SetTimeout | SetNetwork | Expire | Reassert
+Intent = (
+    Start
+    | Kill
+    | Crash
+    | Pause
+    | IdleFreeze
+    | IdleSnapshot
+    | Resume
+    | Wake
+    | SetTimeout
+    | SetNetwork
+    | Expire
+    | Reassert
+)
 
 
 class Step(NamedTuple):
@@ -176,6 +200,8 @@ def _plan_live(record: SandboxRecord, intent: Intent, now: float) -> Step:
     match intent:
         case Kill(reason=reason):
             return _kill(record, now, f"killed ({reason})")
+        case Crash(why=why):
+            return _crash(record, why, now)
         case Pause(memory=memory):
             return _pause(record, "api", now, memory=memory)
         case IdleFreeze():
@@ -205,6 +231,16 @@ def _same(record: SandboxRecord) -> Step:
 
 def _kill(record: SandboxRecord, now: float, log: str) -> Step:
     return Step(replace(record, state=_KILLED, end_at=now), "stop", log)
+
+
+def _crash(record: SandboxRecord, why: str, now: float) -> Step:
+    if record.state is _SNAPSHOTTED:  # its end was a snapshot's after all
+        return _same(record)
+    remaining = record.remaining if record.user_paused else max(0.0, record.end_at - now)
+    crashed = replace(
+        record, state=_SNAPSHOTTED, snapshot_kind="filesystem", pause_reason="crash", remaining=remaining, crash=why
+    )
+    return Step(crashed, None, f"crashed: {why}; its files are kept until it is killed, a connect starts it again")
 
 
 def _pause(record: SandboxRecord, reason: Literal["api", "timeout"], now: float, *, memory: bool = True) -> Step:
@@ -262,7 +298,7 @@ def _run(record: SandboxRecord, log: str, *, end_at: float, started_at: float, m
     action: Action = "thaw" if record.state is _PAUSED else "restore"
     running = replace(
         record, state=_RUNNING, started_at=started_at, end_at=end_at, remaining=0.0, pause_reason=None,
-        snapshot_kind=None,
+        snapshot_kind=None, crash=None,
     )  # fmt: skip
     return Step(running, action, log, memory=memory and record.snapshot_kind != "filesystem")
 

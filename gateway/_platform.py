@@ -135,9 +135,11 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         )  # fmt: skip
         stack.push_async_callback(activator.template_builds.close)
 
-        async def on_exit(sandbox_id: str) -> None:
-            if not pools.forget(sandbox_id):  # a warm sandbox has no record to update
-                await activator.sandbox_exited(sandbox_id)
+        async def on_exit(sandbox_id: str, why: str) -> None:
+            if pools.forget(sandbox_id):  # a warm sandbox has no record to update, and nobody's files
+                await runtime.stop(sandbox_id)
+            else:
+                await activator.sandbox_exited(sandbox_id, why)
 
         if isinstance(runtime, LocalRuntime):  # kubernetes: a pod that ends is replaced by its ReplicaSet
             runtime.set_exit_listener(on_exit)

@@ -7,6 +7,7 @@ from msgspec.structs import replace
 
 from activator import Lifecycle, SandboxConflict, SandboxNotFound, SandboxRecord, SandboxState
 from activator._transitions import (
+    Crash,
     Expire,
     IdleFreeze,
     IdleSnapshot,
@@ -76,6 +77,31 @@ class TestStartAndKill:
 
     def test_a_step_remembers_where_it_started(self) -> None:
         assert plan(record(), Kill(), NOW).before == record()
+
+
+class TestCrash:
+    @pytest.mark.parametrize("current", [record(), idle(PAUSED), user_paused(PAUSED)])
+    def test_a_crash_keeps_the_files_as_a_user_pause_with_its_ttl_stopped_and_says_why(
+        self, current: SandboxRecord
+    ) -> None:
+        step = plan(current, Crash("its pid 1 ended"), NOW)
+        crashed = step.record
+        assert (crashed.state, crashed.snapshot_kind, crashed.pause_reason) == (SNAPSHOTTED, "filesystem", "crash")
+        assert crashed.crash == "its pid 1 ended"
+        assert crashed.user_paused  # E2B reports it paused
+        assert crashed.remaining == (100.0 if current.user_paused else current.end_at - NOW)
+        assert step.action is None  # the runtime has kept the files already
+        assert step.log is not None
+        assert step.log.startswith("crashed: its pid 1 ended")
+
+    def test_a_connect_starts_it_again_over_its_files_and_forgets_the_crash(self) -> None:
+        crashed = plan(record(), Crash("gone"), NOW).record
+        step = plan(crashed, Resume(60), NOW)
+        assert (step.record.state, step.action, step.memory) == (RUNNING, "restore", False)
+        assert (step.record.crash, step.record.pause_reason) == (None, None)
+
+    def test_the_end_of_a_snapshotted_sandbox_changes_nothing(self) -> None:
+        assert plan(idle(SNAPSHOTTED), Crash("late"), NOW)[:3] == (idle(SNAPSHOTTED), None, None)
 
 
 class TestE2BPause:

@@ -237,7 +237,7 @@ def _host_footprint(tmp_path: Path) -> tuple[list[str], list[int], list[str]]:
 async def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path: Path) -> None:
     crashed: list[str] = []
 
-    async def record_exit(sandbox_id: str) -> None:
+    async def record_exit(sandbox_id: str, why: str) -> None:
         crashed.append(sandbox_id)
 
     async def scenario(rt: LocalRuntime) -> None:
@@ -253,6 +253,8 @@ async def test_nothing_leaks_after_fifty_start_stop_cycles_and_a_crash(tmp_path:
         await wait_for_async(lambda: crashed, what="the exit listener to hear of the crash")
         await asyncio.sleep(0.1)  # and of nothing else
         assert crashed == ["crasher"]
+        assert rt.is_snapshotted("crasher")  # its files are kept until it is stopped
+        await rt.stop("crasher")
         after_mounts, after_processes, leftovers = _host_footprint(tmp_path)
         assert leftovers == []
         assert after_mounts == mounts

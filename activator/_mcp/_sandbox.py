@@ -77,6 +77,8 @@ def describe(record: SandboxRecord, urls: SandboxUrls, template: Template | None
         "onTimeout": record.lifecycle.on_timeout,
         "urlPattern": urls.url(record.id, "{port}"),
     }
+    if record.crash is not None:  # paused by its own crash: a call starts it again over its files
+        described["crashed"] = record.crash
     if record.user_paused:
         described["remainingSeconds"] = round(record.remaining)
     else:

@@ -40,7 +40,8 @@ class SandboxView(msgspec.Struct, kw_only=True):
     id: str
     state: str  # the record's own state: running / paused / snapshotted
     reported: str  # what the E2B API reports: an idle pause still reads as running
-    pause_reason: str | None  # api / timeout / idle, while not running
+    pause_reason: str | None  # api / timeout / idle / crash, while not running
+    crash: str | None  # why its processes ended by themselves, while it stays snapshotted after that
     snapshot_kind: str | None  # criu / filesystem, while snapshotted
     template: str
     alias: str
@@ -132,7 +133,8 @@ def sandbox_view(services: UiServices, record: SandboxRecord, stats: SandboxStat
     ttl_stopped = record.user_paused
     return SandboxView(
         id=record.id, state=record.state.value, reported=record.reported_state.value,
-        pause_reason=record.pause_reason, snapshot_kind=record.snapshot_kind, template=record.template,
+        pause_reason=record.pause_reason, crash=record.crash, snapshot_kind=record.snapshot_kind,
+        template=record.template,
         alias=record.alias, metadata=record.metadata, created_at=record.created_at, started_at=record.started_at,
         last_active=max(last, record.started_at), end_at=None if ttl_stopped else record.end_at,
         remaining=record.remaining if ttl_stopped else None, on_timeout=record.lifecycle.on_timeout,

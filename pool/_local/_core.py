@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import shutil
 import socket
@@ -33,6 +34,7 @@ from pool._local._sandbox import Sandbox, load_sandbox, tree_size
 from pool._local._sandbox_files import SandboxFiles
 from pool._local._seccomp import seccomp_filter
 from pool._local._slots import SlotAllocator
+from pool._local._snapshots import snapshot_bytes
 from pool._local._syscalls import set_child_subreaper
 from pool._local._userns import IDS_PER_SANDBOX, host_id_base
 from pool._local._workers import Workers
@@ -42,7 +44,8 @@ from pool._templates import Resources
 
 __all__ = ["LocalRuntimeSettings", "LocalSandboxes"]
 
-ExitListener = Callable[[str], Awaitable[None]]
+ExitListener = Callable[[str, str], Awaitable[None]]  # (sandbox id, why it ended)
+_log = logging.getLogger("pool.local")
 
 
 class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,7 +96,8 @@ class LocalSandboxes:
         return self._images
 
     def set_exit_listener(self, listener: ExitListener) -> None:
-        """`listener(sandbox_id)` is called when a sandbox's processes end without `stop` or `snapshot`."""
+        """`listener(sandbox_id, why)` is called when a sandbox's processes end without `stop` or `snapshot`; the
+        sandbox is then snapshotted with its files only (`is_snapshotted`) until it is stopped or restored."""
         self._on_exit = listener
 
     async def start(self, spec: SandboxSpec) -> None:
@@ -193,9 +197,20 @@ class LocalSandboxes:
         loop.add_reader(pidfd, exited)
 
     async def _after_crash(self, sandbox_id: str) -> None:
-        await self.stop(sandbox_id)
+        """Its pid 1 ended by itself: what is left of it stops, and its files stay as a files-only snapshot (its
+        owner sees why, and a restore starts it again over them, until it is killed)."""
+        box = self._sandboxes[sandbox_id]
+        oom_kills = await self.workers.run(self.workers.lifecycle, box.cgroup.oom_kills)
+        await self.stop(sandbox_id, keep_files=True)
+        info = await self.workers.run(self.workers.lifecycle, _keep_files, box)
+        self._snapshots[sandbox_id] = info
+        status = box.process.returncode if box.process is not None else None
+        why = "its pid 1 (the executor) ended" + (f" with status {status}" if status else "")
+        if oom_kills:
+            why += f"; the OOM killer ran {oom_kills} times in it (memory limit {box.resources.memory_mb} MiB)"
+        _log.warning("sandbox %s crashed: %s; its files are kept", sandbox_id, why)
         if self._on_exit is not None:
-            await self._on_exit(sandbox_id)
+            await self._on_exit(sandbox_id, why)
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         box = self._sandboxes.pop(sandbox_id, None)
@@ -305,3 +320,10 @@ class LocalSandboxes:
         for root in set(self._cgroups.values()):
             with contextlib.suppress(OSError):
                 root.rmdir()
+
+
+def _keep_files(box: Sandbox) -> SnapshotInfo:
+    """Record a stopped sandbox's files as its snapshot (blocking)."""
+    info = SnapshotInfo(kind="filesystem", seconds=0.0, image_bytes=snapshot_bytes(box.directory))
+    box.set_snapshot_info(info)
+    return info

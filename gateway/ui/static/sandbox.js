@@ -43,6 +43,7 @@ function renderDetails() {
     ["Template", s.template],
     ["Internal state", `${s.state}${s.pause_reason ? ` (${s.pause_reason})` : ""}${s.snapshot_kind ? `, snapshot: ${s.snapshot_kind}` : ""}`],
     ["E2B state", s.reported],
+    ...(s.crash ? [["Crashed", `${s.crash}; its files are kept until it is killed, and a connect starts it again`]] : []),
     ["Created", timestamp(s.created_at)],
     ["Last started", timestamp(s.started_at)],
     ["On timeout", s.on_timeout + (s.auto_resume ? ", auto-resume" : "")],

@@ -122,7 +122,7 @@ export function timestamp(seconds) {
   return new Date(seconds * 1000).toLocaleString(undefined, { hour12: false });
 }
 
-const REASONS = { idle: "idle policy", api: "paused via API", timeout: "on timeout" };
+const REASONS = { idle: "idle policy", api: "paused via API", timeout: "on timeout", crash: "crashed" };
 
 // The record's own state as the badge, with why and what the E2B API reports beneath it.
 export function stateBadge(sandbox) {
