@@ -15,12 +15,17 @@ A connection's timers, all run by the event loop:
 
 None of them runs while a response is in flight, so a held request, a stream (SSE, command output) or a WebSocket
 (handed to uvicorn's WebSocket protocol, which has no read timeout) is never cut by them.
+
+Over TLS the protocol shakes hands itself (`loop.start_tls`) instead of leaving it to the listener: asyncio would
+hold a connection that never sends its ClientHello for 60 s before the protocol hears of it, uncounted. Here it is
+counted from its accept, its handshake is bounded by the head timeout, and it can be evicted while it lasts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 from asyncio import TimerHandle
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -30,6 +35,7 @@ from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallab
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.utils import get_remote_addr, is_ssl
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
@@ -67,15 +73,15 @@ def _refusal(max_per_client: int) -> ASGI3Application:
 
 
 class _Flow(FlowControl):
-    """uvicorn's flow control, telling the protocol when it starts reading again."""
+    """uvicorn's flow control, telling the protocol each time the app asks for more of the body (uvicorn resumes
+    reading then, after it has sent a `100 Continue` that was due): the client's wait starts there."""
 
-    def __init__(self, transport: asyncio.Transport, resumed: Callable[[], None]) -> None:
+    def __init__(self, transport: asyncio.Transport, reading: Callable[[], None]) -> None:
         super().__init__(transport)
-        self._resumed = resumed
+        self._reading = reading
 
     def resume_reading(self) -> None:
-        if self.read_paused:
-            self._resumed()
+        self._reading()
         super().resume_reading()
 
 
@@ -84,6 +90,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ConnectionLimits]
     gate: ClassVar[ConnectionGate]
+    tls: ClassVar[ssl.SSLContext | None]
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any], _loop: Any = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
@@ -91,28 +98,67 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer: TimerHandle | None = None
         self._in_head = False  # part of a request head has come
         self._reading_body = False  # a request head is complete and its body is not
-        self._body_seen = 0.0  # loop time of its last byte, or of the server's last pause in reading it
+        self._body_seen = 0.0  # loop time of its last byte, or of when the server last asked for more or paused
         self._refused = False
+        self._admission: Admission | None = None
+        self._raw: asyncio.Transport | None = None  # the TCP transport while its TLS handshake runs
+        self._handshake: asyncio.Task[None] | None = None
 
     def evict(self) -> None:
-        self.transport.close()  # idle: nothing to flush, so its descriptor is closed at once
+        (self._raw or self.transport).close()  # idle: nothing to flush, so its descriptor is closed at once
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.tls is not None and not is_ssl(transport):
+            self._shake_hands(transport)
+            return
         super().connection_made(transport)
         self.flow = _Flow(transport, self._body_restart)
-        admission = self.gate.admit(self, self.client[0] if self.client else "")
-        if admission is Admission.DROP:
+        if self._admission is None:  # over TLS it was admitted at accept
+            self._admit(transport)
+        if self._admission is Admission.DROP:
             transport.abort()
-            return
-        if admission is Admission.REFUSE:
-            self._refused = True
-            self.app = _refusal(self.gate.max_per_client)
-        self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
         self._stop_timers()
         self.gate.release(self)
+        if self.transport is not None:  # not lost during a TLS handshake
+            super().connection_lost(exc)
+
+    def _admit(self, transport: asyncio.Transport) -> None:
+        client = get_remote_addr(transport)
+        self._admission = self.gate.admit(self, client[0] if client else "")
+        if self._admission is Admission.REFUSE:
+            self._refused = True
+            self.app = _refusal(self.gate.max_per_client)
+        if self._admission is not Admission.DROP:
+            self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_expired)
+
+    def _shake_hands(self, raw: asyncio.Transport) -> None:
+        self._admit(raw)
+        if self._admission is Admission.DROP:
+            raw.abort()
+            return
+        self._raw = raw
+        raw.pause_reading()  # the TLS bytes are for the handshake, never for the HTTP parser
+        self._handshake = self.loop.create_task(self._start_tls(raw))
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        assert self.tls is not None
+        try:
+            transport = await self.loop.start_tls(
+                raw, self, self.tls, server_side=True, ssl_handshake_timeout=self.limits.header_timeout
+            )
+        except OSError:  # the client left, failed the handshake or took too long (SSLError, TimeoutError...)
+            raw.abort()
+            self.connection_lost(None)
+            return
+        finally:
+            self._raw = None
+        if transport is None or transport.is_closing():
+            raw.abort()
+            self.connection_lost(None)
+            return
+        self.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -172,6 +218,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self.cycle.response_complete:  # a pipelined head, behind a response
             self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_expired)
             return
+        if self._raw is not None:  # the TLS handshake is late
+            self._raw.close()
+            return
         if self.transport.is_closing():
             return
         if self._in_head:
@@ -219,12 +268,16 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
                 self.on_lost = None
 
 
-def guarded_protocol(limits: ConnectionLimits, gate: ConnectionGate) -> type[GuardedHttpToolsProtocol]:
-    """The protocol class of one server (uvicorn is given a class and builds one protocol per connection)."""
+def guarded_protocol(
+    limits: ConnectionLimits, gate: ConnectionGate, tls: ssl.SSLContext | None = None
+) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class of one server (uvicorn is given a class and builds one protocol per connection); with
+    `tls`, the server's TLS, which uvicorn must then not be given."""
 
     class Bound(GuardedHttpToolsProtocol):
         pass
 
     Bound.limits = limits
     Bound.gate = gate
+    Bound.tls = tls
     return Bound

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import sys
 from types import FrameType
 
 import uvicorn
 import uvloop
+from uvicorn.config import SSL_PROTOCOL_VERSION, create_ssl_context
 
 from gateway._app import create_app
 from gateway._client_watch import ClientWatch
@@ -121,7 +123,7 @@ def _config(settings: ServeSettings, app: ClientWatch, gate: ConnectionGate) -> 
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=guarded_protocol(settings.connections, gate),  # httptools, with the connection limits
+        http=guarded_protocol(settings.connections, gate, _tls(settings)),  # httptools, with the limits and TLS
         ws=GuardedWebSocketProtocol,  # websockets-sansio
         timeout_keep_alive=settings.connections.keep_alive_timeout,
         lifespan="off",  # resources live in `open_platform`, around the server
@@ -129,6 +131,13 @@ def _config(settings: ServeSettings, app: ClientWatch, gate: ConnectionGate) -> 
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=10,
-        ssl_certfile=settings.tls_cert,
-        ssl_keyfile=settings.tls_key,
+    )
+
+
+def _tls(settings: ServeSettings) -> ssl.SSLContext | None:
+    """The TLS of `--tls-cert`, as uvicorn would make it; the protocol shakes hands (`gateway._guarded_http`)."""
+    if settings.tls_cert is None:
+        return None
+    return create_ssl_context(
+        settings.tls_cert, settings.tls_key, None, SSL_PROTOCOL_VERSION, ssl.CERT_NONE, None, None
     )

@@ -17,6 +17,7 @@ import re
 import resource
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 import httpx
 import msgspec
 import pytest
+import trustme
 import uvicorn
 from e2b import Sandbox
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
@@ -35,7 +37,7 @@ from gateway._fd_reserve import fd_budget
 from gateway._guarded_http import guarded_protocol
 from gateway._settings import ConnectionLimits
 from tests.polling import DEADLINE, wait_for
-from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir, wait_for_port
+from tests.server_fixtures import RunningServer, point_e2b_at, running_server, server_in_temp_dir, wait_for_port
 from tests.test_gateway_http_proxy import run, serving_config
 
 FLOOD = 21_000
@@ -379,6 +381,29 @@ def test_a_stalled_request_body_closes_the_connection(tight: RunningServer) -> N
             'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"templ'.encode()
         )
         assert read_to_end(stalled) == b""
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
+    """A server on TLS (`--tls-cert`) with a 5 s head timeout, and its CA."""
+    tmp = tmp_path_factory.mktemp("abuse-tls")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp / "chain.pem"))
+    flags = ("--tls-cert", str(tmp / "chain.pem"), "--header-timeout", "5")
+    with running_server(tmp / "data", *flags, scheme="https", ca_file=tmp / "ca.pem") as server:
+        yield server, tmp / "ca.pem"
+
+
+def test_a_tls_connection_that_never_says_hello_is_closed_after_the_head_timeout(
+    tls: tuple[RunningServer, Path],
+) -> None:
+    server, ca = tls
+    with connect(server, "127.0.4.5") as silent:
+        assert read_to_end(silent, within=30) == b""  # asyncio alone would keep it 60 s, uncounted
+    verify = ssl.create_default_context(cafile=ca)
+    assert httpx.get(f"{server.url}/health", verify=verify, timeout=DEADLINE).status_code == 200
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_its_response(tight: RunningServer) -> None:
