@@ -8,9 +8,9 @@ A connection's timers, all run by the event loop:
                 none: it may be a pooled connection that was about to be used, and would read the 408 as the
                 answer to its request)
     body        while a request body is read, the longest the client may send nothing (`body_timeout`); then
-                closed. It stops while the server is the one not reading: flow control paused (the app holds
-                the request unread, or requests are pipelined), a `100 Continue` not sent yet, a response
-                being sent
+                closed. It starts again each time the app asks for more, and stops while the server is the one
+                not reading: flow control paused (the app holds the request unread, or requests are pipelined),
+                a `100 Continue` not sent yet, a response being sent
     keep-alive  uvicorn's own, from a response to the next request's first byte
 
 None of them runs while a response is in flight, so a held request, a stream (SSE, command output) or a WebSocket
