@@ -26,7 +26,10 @@ from pool import has_sandboxed_layers as sandboxed
 __all__ = ["build_images"]
 
 
-def build_images(templates_dir: Path, cache: Path, names: list[str], *, data_dir: Path) -> None:
+def build_images(templates_dir: Path, cache: Path, names: list[str], *, data_dir: Path, refresh: bool = False) -> None:
+    """`refresh`: build every layer of the chosen templates again, under new keys, against today's archives and
+    registries (security updates); servers use them for new sandboxes once all are built, and sandboxes already
+    made keep the layers they were pinned to."""
     try:
         templates = load_templates(templates_dir)
     except TemplateError as exc:
@@ -36,7 +39,9 @@ def build_images(templates_dir: Path, cache: Path, names: list[str], *, data_dir
         sys.exit(f"agent-sandbox: unknown templates: {', '.join(unknown)} (known: {', '.join(sorted(templates))})")
     chosen = [templates[name] for name in names or sorted(templates)]
     settings = ServeSettings(data_dir=data_dir, image_cache=cache)
-    store = ImageStore(cache, settings.executor_source)
+    current = ImageStore(cache, settings.executor_source)
+    refreshed = {t.name: current.generation(t.name) + 1 for t in chosen} if refresh else {}
+    store = ImageStore(cache, settings.executor_source, refreshed=refreshed)
     try:
         for template in chosen:
             if not sandboxed(template):
@@ -44,15 +49,18 @@ def build_images(templates_dir: Path, cache: Path, names: list[str], *, data_dir
         # Those already built are not started again (a build ends with a trial start).
         in_sandboxes = [template for template in chosen if sandboxed(template) and not store.is_built(template)]
         if in_sandboxes:
-            asyncio.run(_build_in_sandboxes(settings, in_sandboxes))
+            asyncio.run(_build_in_sandboxes(settings, in_sandboxes, refreshed))
     except (ImageBuildError, PoolError) as exc:
         sys.exit(f"agent-sandbox: {exc}")
+    if refreshed:
+        store.record_refresh(refreshed)
+        _print(f"refreshed: {', '.join(f'{name} (generation {n})' for name, n in sorted(refreshed.items()))}")
 
 
-async def _build_in_sandboxes(settings: ServeSettings, templates: list[Template]) -> None:
+async def _build_in_sandboxes(settings: ServeSettings, templates: list[Template], refreshed: dict[str, int]) -> None:
     runtime = LocalRuntime(
         LocalRuntimeSettings(data_dir=settings.data_dir, image_cache=settings.image_cache,
-                             executor_source=settings.executor_source),
+                             executor_source=settings.executor_source, refreshed=refreshed),
         parent_cgroup=settings.cgroup_name,
     )  # fmt: skip
     try:

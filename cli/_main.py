@@ -346,6 +346,12 @@ def _add_build(commands: Any, defaults: ServeSettings) -> None:
         "layers in build sandboxes"
     )  # fmt: skip
     build.add_argument("names", nargs="*")
+    build.add_argument(
+        "--refresh",
+        action="store_true",
+        help="build every layer again, under new keys, against today's archives "
+        "and registries (security updates); new sandboxes get them once all are built, existing ones keep theirs",
+    )
     _env_option(build, "--image-cache", defaults.image_cache, type=Path)
     _env_option(build, "--templates", defaults.templates, type=Path)
     _add_common(build)
@@ -403,4 +409,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         case "images" | "templates":
             from cli._image_commands import build_images
 
-            build_images(Path(args.templates), Path(args.image_cache), args.names, data_dir=Path(args.data_dir))
+            build_images(
+                Path(args.templates),
+                Path(args.image_cache),
+                args.names,
+                data_dir=Path(args.data_dir),
+                refresh=args.refresh,
+            )

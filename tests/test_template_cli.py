@@ -13,7 +13,7 @@ from e2b import Template
 
 from gateway._settings import DEFAULT_TEMPLATES, ServeSettings
 from pool import ImageStore, load_templates
-from tests.runtime_fixtures import IMAGE_CACHE
+from tests.runtime_fixtures import IMAGE_CACHE, TEMPLATES
 from tests.server_fixtures import REPO, RunningServer
 
 
@@ -62,3 +62,19 @@ def test_templates_build_makes_a_builtin_templates_run_layer_in_a_build_sandbox(
         assert not list((tmp_path / "data" / "sandboxes").iterdir())  # the build sandboxes are gone
     finally:
         shutil.rmtree(IMAGE_CACHE / "layers" / key, ignore_errors=True)
+
+
+def test_a_refresh_gives_a_templates_layers_new_keys_once_recorded_and_leaves_the_others(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    source = ServeSettings().executor_source
+    base, other = TEMPLATES["base"], TEMPLATES["code-interpreter-v1"]
+    before = ImageStore(cache, source)
+    keys, other_keys = [k for k, _ in before.plan(base)], [k for k, _ in before.plan(other)]
+    refreshing = ImageStore(cache, source, refreshed={"base": 1})  # what `images build --refresh base` builds
+    new_keys = [k for k, _ in refreshing.plan(base)]
+    assert set(new_keys).isdisjoint(keys)
+    assert [k for k, _ in before.plan(base)] == keys  # not used until recorded
+    refreshing.record_refresh({"base": 1})
+    assert [k for k, _ in ImageStore(cache, source).plan(base)] == new_keys
+    assert [k for k, _ in before.plan(base)] == new_keys  # a running server's store reads it at its next plan
+    assert [k for k, _ in before.plan(other)] == other_keys

@@ -63,6 +63,9 @@ class LocalRuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
     # Each sandbox's writable layer on a filesystem of its template's `disk_mb` (`_disk`); False: plain directories
     # on the data directory's filesystem, with no limit (hosts without loop devices).
     disk_limit: bool = True
+    # Refresh generations of templates being rebuilt against the current archives (`images build --refresh`);
+    # every other template's is the one recorded in the image cache.
+    refreshed: dict[str, int] = {}
 
 
 class LocalSandboxes:
@@ -71,7 +74,7 @@ class LocalSandboxes:
     def __init__(self, settings: LocalRuntimeSettings, *, parent_cgroup: str) -> None:
         set_child_subreaper()
         self._settings = settings
-        self._images = ImageStore(settings.image_cache, settings.executor_source)
+        self._images = ImageStore(settings.image_cache, settings.executor_source, refreshed=settings.refreshed)
         self._cgroups = cgroup_root_for(parent_cgroup)
         self._slots = SlotAllocator(settings.slot_dir)
         self._sockets = NetnsSocketFactory()

@@ -20,7 +20,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,16 +43,42 @@ from pool._templates import SANDBOXED_LAYERS, AptLayer, DebootstrapLayer, Layer,
 __all__ = ["ImageStore", "shift_ids"]
 
 _BUILDER_VERSION = b"1"
+_REFRESHED = "refreshed.json"  # template name -> refresh generation (`ImageStore.record_refresh`)
 Log = Callable[[str], None]
 
 
 class ImageStore:
     """Builds and finds the layer directories of templates in `cache_dir`."""
 
-    def __init__(self, cache_dir: Path, executor_source: Path) -> None:
+    def __init__(self, cache_dir: Path, executor_source: Path, *, refreshed: Mapping[str, int] | None = None) -> None:
+        """`refreshed`: the refresh generation of these templates' layers (`images build --refresh` builds the
+        next one before it records it); every other template's is read from `refreshed.json` at each plan."""
         self._layers = cache_dir / "layers"
         self._executor_source = executor_source
         self._executor_hash = _tree_hash(executor_source, "*.py") + EXECUTOR_DEPENDENCIES.encode()
+        self._refreshed = dict(refreshed or {})
+
+    def generation(self, template_name: str) -> int:
+        """How often the template's layers were rebuilt against the current archives (0: never)."""
+        if template_name in self._refreshed:
+            return self._refreshed[template_name]
+        return self.recorded_generations().get(template_name, 0)
+
+    def recorded_generations(self) -> dict[str, int]:
+        try:
+            return msgspec.json.decode((self._layers / _REFRESHED).read_bytes(), type=dict[str, int])
+        except (OSError, msgspec.DecodeError):
+            return {}
+
+    def record_refresh(self, generations: Mapping[str, int]) -> None:
+        """Make `generations` the templates' current ones, once their layers are built: from then on every plan,
+        in any process, names the refreshed layers (the old ones stay for the sandboxes pinned to them)."""
+        self._layers.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            merged = {**self.recorded_generations(), **generations}
+            temporary = self._layers / f"{_REFRESHED}.tmp"
+            temporary.write_bytes(msgspec.json.encode(merged))
+            temporary.rename(self._layers / _REFRESHED)
 
     def layer_dirs(self, template: Template) -> list[Path]:
         """The template's layer directories from the top down (overlayfs `lowerdir` order).
@@ -75,6 +101,8 @@ class ImageStore:
         """(key, definition) bottom-up; `None` stands for the executor layer on top."""
         plan: list[tuple[str, Layer | None]] = []
         digest = hashlib.sha256(_BUILDER_VERSION)
+        if generation := self.generation(template.name):  # 0 leaves the keys as they always were
+            digest.update(b"refresh %d" % generation)
         for layer in template.layers:
             digest.update(msgspec.json.encode(layer))
             plan.append((f"{_kind(layer)}-{digest.hexdigest()[:16]}", layer))

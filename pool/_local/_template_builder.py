@@ -201,10 +201,11 @@ class LocalTemplateBuilder:
 
 
 def _build_sandbox_template(template: Template, index: int) -> Template:
-    """The template a build sandbox for layer `index` runs: the layers below, nothing started, the build's limits."""
+    """The template a build sandbox for layer `index` runs: the layers below, nothing started, the build's limits.
+    It keeps the template's name, which its layers' keys depend on (`ImageStore.generation`)."""
     return msgspec.structs.replace(
-        template, name=f"{template.name} (build)", layers=template.layers[:index], start=(), ports=(), ready="",
-        env={}, user="root", workdir="/", warm=0,
+        template, layers=template.layers[:index], start=(), ports=(), ready="", env={}, user="root", workdir="/",
+        warm=0,
     )  # fmt: skip
 
 
