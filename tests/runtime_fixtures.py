@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gateway._settings import DEFAULT_TEMPLATES, ServeSettings
@@ -17,6 +18,7 @@ from pool._local._criu import criu_dir, probe
 __all__ = [
     "IMAGE_CACHE",
     "TEMPLATES",
+    "base_with",
     "http_get",
     "local_runtime",
     "new_runtime",
@@ -29,6 +31,12 @@ __all__ = [
 
 IMAGE_CACHE = Path(os.environ.get("AGENT_SANDBOX_IMAGE_CACHE", "/var/cache/agent-sandbox/images"))
 TEMPLATES = load_templates(DEFAULT_TEMPLATES)
+
+
+def base_with(**resources: int) -> Template:
+    """The `base` template with some of its resources changed (`disk_mb=64`, `memory_mb=256`, ...)."""
+    base = TEMPLATES["base"]
+    return msgspec.structs.replace(base, resources=msgspec.structs.replace(base.resources, **resources))
 
 
 def spec(sandbox_id: str, template: Template | None = None) -> SandboxSpec:

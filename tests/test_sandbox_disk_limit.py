@@ -19,7 +19,7 @@ import pytest
 from pool import LocalRuntime, Template
 from pool._local import _core, _snapshots
 from pool._local._disk import BYTES_PER_INODE, DiskImages
-from tests.runtime_fixtures import TEMPLATES, local_runtime, new_runtime, runtime_settings, spec
+from tests.runtime_fixtures import TEMPLATES, base_with, local_runtime, new_runtime, runtime_settings, spec
 from tests.sandbox_exec import run_in_sandbox
 
 pytestmark = pytest.mark.anyio
@@ -28,8 +28,7 @@ SMALL_MB = 64
 
 
 def _small(disk_mb: int = SMALL_MB) -> Template:
-    base = TEMPLATES["base"]
-    return msgspec.structs.replace(base, resources=msgspec.structs.replace(base.resources, disk_mb=disk_mb))
+    return base_with(disk_mb=disk_mb)
 
 
 @pytest.fixture

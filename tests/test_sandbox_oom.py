@@ -8,12 +8,11 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from executor._spawn import CHILD_OOM_SCORE_ADJ
 from pool import LocalRuntime, Template
-from tests.runtime_fixtures import TEMPLATES, local_runtime, spec
+from tests.runtime_fixtures import base_with, local_runtime, spec
 from tests.sandbox_exec import run_in_sandbox
 
 pytestmark = pytest.mark.anyio
@@ -22,8 +21,7 @@ MEMORY_MB = 256
 
 
 def _small_memory() -> Template:
-    base = TEMPLATES["base"]
-    return msgspec.structs.replace(base, resources=msgspec.structs.replace(base.resources, memory_mb=MEMORY_MB))
+    return base_with(memory_mb=MEMORY_MB)
 
 
 @pytest.fixture
