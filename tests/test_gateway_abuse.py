@@ -29,14 +29,15 @@ import msgspec
 import pytest
 import trustme
 import uvicorn
+import websockets.asyncio.client as websockets
 from e2b import Sandbox
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 
 from gateway._connection_gate import Admission, ConnectionGate
 from gateway._fd_reserve import fd_budget
-from gateway._guarded_http import guarded_protocol
+from gateway._guarded_http import GuardedWebSocketProtocol, guarded_protocol
 from gateway._settings import ConnectionLimits
-from tests.polling import DEADLINE, wait_for
+from tests.polling import DEADLINE, wait_for, wait_for_async
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server, server_in_temp_dir, wait_for_port
 from tests.test_gateway_http_proxy import run, serving_config
 
@@ -134,7 +135,15 @@ SHORT = ConnectionLimits(header_timeout=5, body_timeout=0.5, keep_alive_timeout=
 
 
 async def echo_later(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
-    """Leaves the request unread for four body timeouts (as a hold does), then echoes its body's length."""
+    """Leaves the request unread for four body timeouts (as a hold does), then echoes its body's length; accepts
+    a WebSocket and echoes one message."""
+    if scope["type"] == "websocket":
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        message = await receive()
+        assert message["type"] == "websocket.receive"
+        await send({"type": "websocket.send", "text": message.get("text") or ""})
+        return
     await asyncio.sleep(4 * SHORT.body_timeout)
     size, more = 0, True
     while more:
@@ -147,12 +156,12 @@ async def echo_later(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendC
 
 
 @contextlib.asynccontextmanager
-async def guarded(limits: ConnectionLimits) -> AsyncIterator[int]:
-    """`echo_later` served by a real uvicorn with the gateway's protocol, on a free loopback port."""
+async def guarded(limits: ConnectionLimits, gate: ConnectionGate | None = None) -> AsyncIterator[int]:
+    """`echo_later` served by a real uvicorn with the gateway's protocols, on a free loopback port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    gate = ConnectionGate(max_total=100, max_per_client=10)
-    config = uvicorn.Config(echo_later, http=guarded_protocol(limits, gate), log_config=None, lifespan="off")
+    protocol = guarded_protocol(limits, gate or ConnectionGate(max_total=100, max_per_client=10))
+    config = uvicorn.Config(echo_later, http=protocol, ws=GuardedWebSocketProtocol, log_config=None, lifespan="off")
     async with serving_config(config, sock) as port:
         yield port
 
@@ -186,6 +195,19 @@ def test_a_large_body_the_server_leaves_unread_is_not_timed_out() -> None:
             writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             assert await answer(reader) == b"200 %d" % len(body)
             writer.close()
+
+    run(scenario())
+
+
+def test_a_closed_websocket_gives_its_place_back() -> None:
+    async def scenario() -> None:
+        gate = ConnectionGate(max_total=100, max_per_client=1)
+        async with guarded(SHORT, gate) as port:
+            for i in range(3):  # one place for the address: each WebSocket needs the one before to have given it back
+                async with websockets.connect(f"ws://127.0.0.1:{port}/") as websocket:
+                    await websocket.send(f"hello {i}")
+                    assert await websocket.recv() == f"hello {i}"
+                await wait_for_async(lambda: gate.open == 0, what="the WebSocket's place to be given back")
 
     run(scenario())
 
