@@ -1,12 +1,11 @@
-"""Which client connections the gateway keeps: a cap per client address, a cap in total, and eviction of idle ones.
-
-A connection is *idle* while no request of it is in progress: from its accept until its first request head is
-complete, and between a response and the next complete head (keep-alive). Idle connections cost a file
-descriptor and nothing else, so when the total cap is reached a new connection takes the place of the one idle
-the longest (Apache's event MPM closes idle keep-alive connections the same way): a flood of idle or slow
+"""Which client connections the gateway keeps: a cap per client address, a cap in total, and eviction of idle ones. A
+connection is *idle* while no request of it is in progress: from its accept (its TLS handshake included) until its
+first request head is complete, and between a response and the next complete head (keep-alive). Idle connections
+cost a file descriptor and nothing else, so when the total cap is reached a new connection takes the place of the
+one idle the longest (Apache's event MPM closes idle keep-alive connections the same way): a flood of idle or slow
 (slowloris) connections cannot lock out a client that sends its request when it connects. A connection with a
-request in flight (a held request, a stream, a WebSocket) is never evicted. Only when every connection is busy
-is the newcomer closed at once.
+request in flight (a held request, a stream, a WebSocket) is never evicted. Only when every connection is busy is
+the newcomer closed at once.
 
 Past the per-address cap the connection is kept only to answer its request with a 503 (`_guarded_http`), so
 the client learns why; it counts in the total, not in its address's share, and is idle until that request.

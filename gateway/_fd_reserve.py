@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from gateway._settings import ConnectionLimits
 
-__all__ = ["FdBudget", "fd_budget"]
+__all__ = ["FdBudget", "fd_budget", "raise_fd_limit"]
 
 
 class FdBudget(NamedTuple):
