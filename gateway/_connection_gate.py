@@ -1,5 +1,6 @@
-"""Which client connections the gateway keeps: a cap per client address, a cap in total, and eviction of idle ones. A
-connection is *idle* while no request of it is in progress: from its accept (its TLS handshake included) until its
+"""Which client connections the gateway keeps: a cap per client address, a cap in total, and eviction of idle ones.
+
+A connection is *idle* while no request of it is in progress: from its accept (its TLS handshake included) until its
 first request head is complete, and between a response and the next complete head (keep-alive). Idle connections
 cost a file descriptor and nothing else, so when the total cap is reached a new connection takes the place of the
 one idle the longest (Apache's event MPM closes idle keep-alive connections the same way): a flood of idle or slow
