@@ -28,6 +28,7 @@ def interpreter(server: RunningServer) -> Iterator[httpx.Client]:
     try:
         ensure_interpreter(server, sandbox)
         headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
+        headers["X-Access-Token"] = sandbox._envd_access_token or ""  # what the SDK sends (a secure sandbox's)
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             yield client
     finally:

@@ -208,3 +208,16 @@ def test_sandbox_env_vars_reach_the_kernel(server: RunningServer, e2b_env: Runni
         assert sandbox.run_code("import os; os.environ['FROM_CREATE']").text == "sandbox-wide"
     finally:
         sandbox.kill()
+
+
+def test_the_sandbox_id_alone_does_not_run_code(server: RunningServer, sbx: Sandbox) -> None:
+    """Port 49999 of a secure sandbox wants its access token, which the SDK sends: the security audit ran code and
+    read the create's secrets with the id alone (ids are in hostnames, URLs and logs)."""
+    headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    body = {"code": "import os; print(os.getuid())"}
+    refused = httpx.post(f"{server.url}/execute", headers=headers, json=body, timeout=30)
+    assert refused.status_code == 401
+    assert "access token" in refused.text
+    wrong = httpx.post(f"{server.url}/execute", headers={**headers, "X-Access-Token": "x" * 32}, json=body, timeout=30)
+    assert wrong.status_code == 401
+    assert sbx.run_code("print(40 + 2)").logs.stdout == ["42\n"]

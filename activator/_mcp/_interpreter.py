@@ -15,6 +15,7 @@ import msgspec
 
 from activator._mcp._errors import CommandTimedOut, ExecutorFailed, executor_failures
 from activator._mcp._output import MAX_STREAM_BYTES, CappedStream
+from executor.envd import ACCESS_TOKEN_HEADER
 from pool import envd
 
 __all__ = ["INTERPRETER_PORT", "Execution", "execute"]
@@ -56,11 +57,17 @@ _encoder = msgspec.json.Encoder()
 
 
 async def execute(
-    connect: Callable[[], Awaitable[socket.socket]], code: str, language: str, kill_after: float
+    connect: Callable[[], Awaitable[socket.socket]],
+    code: str,
+    language: str,
+    kill_after: float,
+    *,
+    token: str | None,
 ) -> Execution:
-    """Run `code` in the interpreter's context for `language`; CommandTimedOut after `kill_after` seconds."""
+    """Run `code` in the interpreter's context for `language`; CommandTimedOut after `kill_after` seconds. `token`:
+    the sandbox's envd access token, which the interpreter of a secure sandbox requires (as the SDK sends it)."""
     body = _encoder.encode(_Request(code=code, language=language))
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json"} | ({ACCESS_TOKEN_HEADER: token} if token else {})
     stdout, stderr = CappedStream("stdout"), CappedStream("stderr")
     execution = Execution()
     sock = await connect()

@@ -254,7 +254,7 @@ async def _run_code(access: SandboxAccess, args: RunCode) -> dict[str, Any]:
     async def connect() -> socket.socket:
         return await access.connect(INTERPRETER_PORT)
 
-    execution = await execute(connect, args.code, args.language, args.timeout)
+    execution = await execute(connect, args.code, args.language, args.timeout, token=access.record.access_token)
     return {"stdout": execution.stdout, "stderr": execution.stderr, "results": execution.results} | (
         {"error": execution.error} if execution.error else {}
     )

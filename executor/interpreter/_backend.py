@@ -54,6 +54,12 @@ class BadRequest(InterpreterError):
     status = 400
 
 
+class Unauthorized(InterpreterError):
+    """The caller did not present the sandbox's access token."""
+
+    status = 401
+
+
 class ContextNotFound(InterpreterError):
     """No context has the requested ID."""
 

@@ -21,7 +21,7 @@ import msgspec
 
 from executor._errors import PayloadTooLarge
 from executor._exchange import Request, Response
-from executor.interpreter._backend import BadRequest, InterpreterError
+from executor.interpreter._backend import BadRequest, InterpreterError, Unauthorized
 from executor.interpreter._contexts import Context, Contexts
 from executor.interpreter._envcode import valid_env_name
 from executor.interpreter._envd import EnvdClient
@@ -97,6 +97,8 @@ class Service:
         if body.context_id and body.language:
             raise BadRequest("Only one of context_id or language can be provided")
         env = await self._envd.envs(request.headers.get("x-access-token"))
+        if env is None:
+            raise Unauthorized("the sandbox's access token is required (X-Access-Token)")
         env.update(body.env_vars or {})
         bad = sorted(name for name in env if not valid_env_name(name))
         if bad:
