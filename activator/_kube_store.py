@@ -211,7 +211,8 @@ class KubeStore:
             stored = keys.get(key.id)
             if stored is None:
                 return False
-            keys[key.id] = msgspec.structs.replace(stored, name=key.name, limits=key.limits, revoked_at=key.revoked_at)
+            revoked_at = stored.revoked_at or key.revoked_at  # one way, as in SQLite
+            keys[key.id] = msgspec.structs.replace(stored, name=key.name, limits=key.limits, revoked_at=revoked_at)
             return True
 
         return await self._change_keys(update)

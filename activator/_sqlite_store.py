@@ -165,7 +165,8 @@ class SqliteStore:
     async def update_key(self, key: ApiKey) -> bool:
         """Replace the key's name, limits and revocation; False if there was none with this id."""
         row = (key.name, _encode(key.limits), key.revoked_at, key.id)
-        sql = "UPDATE api_keys SET name = ?, limits = ?, revoked_at = ? WHERE id = ?"
+        # Revocation is one way: an update read before a concurrent revoke must not bring the key back.
+        sql = "UPDATE api_keys SET name = ?, limits = ?, revoked_at = COALESCE(revoked_at, ?) WHERE id = ?"
         updated = await self._run(lambda conn: conn.execute(sql, row).rowcount > 0)
         # After the update: a read of the key queued before it has landed in the cache by now, and goes too.
         self._key_ids = {digest: entry for digest, entry in self._key_ids.items() if entry[0] != key.id}

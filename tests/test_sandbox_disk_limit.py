@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from pool import LocalRuntime, Template
+from pool import LocalRuntime, RuntimeFailure, Template
 from pool._local import _core, _snapshots
 from pool._local._disk import BYTES_PER_INODE, DiskImages
 from tests.runtime_fixtures import TEMPLATES, base_with, local_runtime, new_runtime, runtime_settings, spec
@@ -158,3 +159,47 @@ async def test_a_tenants_stalled_walks_do_not_hold_another_sandboxs_start_or_sto
             await runtime.stop(sandbox_id)
         await runtime.criu_trial()
         runtime.close()
+
+
+async def test_a_snapshot_whose_filesystem_cannot_be_mounted_fails_alone_and_the_restart_goes_on(
+    rt: LocalRuntime, tmp_path: Path
+) -> None:
+    await rt.start(spec("damaged", _small()))
+    await rt.snapshot("damaged")
+    directory = tmp_path / "sandboxes" / "damaged"
+    DiskImages(enabled=True).detach(directory)
+    with open(directory / "disk.img", "r+b") as image:  # its superblock gone: not ext4 any more
+        image.write(b"\0" * 65536)
+    restarted = new_runtime(runtime_settings(tmp_path, criu=False))
+    try:
+        assert await restarted.recover() == set()  # it does not raise: the server starts
+        assert restarted.snapshotted_ids() == {"damaged"}
+        with pytest.raises(RuntimeFailure, match="cannot be mounted"):
+            await restarted.restore(spec("damaged", _small()))
+    finally:
+        for sandbox_id in [*restarted.sandbox_ids(), *restarted.snapshotted_ids()]:
+            await restarted.stop(sandbox_id)
+        await restarted.criu_trial()
+        restarted.close()
+
+
+async def test_a_start_cancelled_while_its_filesystem_is_made_leaves_nothing(
+    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = threading.Event()
+    create = DiskImages.create
+
+    def slow_create(self: DiskImages, directory: Path, disk_mb: int, owner: int) -> None:
+        create(self, directory, disk_mb, owner)
+        made.set()
+        time.sleep(0.5)
+
+    monkeypatch.setattr(DiskImages, "create", slow_create)
+    starting = asyncio.create_task(rt.start(spec("cancelled", _small())))
+    await asyncio.to_thread(made.wait, 30)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    directory = tmp_path / "sandboxes" / "cancelled"
+    assert not directory.exists()
+    assert _loop_devices_of(directory / "disk.img") == []

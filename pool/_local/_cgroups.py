@@ -89,7 +89,7 @@ class HostCeiling(msgspec.Struct, frozen=True, kw_only=True):
         memory, pids = self.memory_mb, self.pids
         if memory is None:
             total = _meminfo_kib(proc / "meminfo", "MemTotal") << 10
-            memory_bytes: int | None = total - max(total // 10, 1 << 30)
+            memory_bytes: int | None = max(total - max(total // 10, 1 << 30), total // 2)  # small hosts: half
         else:
             memory_bytes = memory << 20 or None
         if pids is None:

@@ -9,6 +9,7 @@ or a tool that is present can still refuse the exact calls the runtime makes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from pool._errors import PoolError
+from pool._errors import PoolError, RuntimeFailure
 from pool._local._cgroups import cgroup_layout
 from pool._local._criu import probe
 from pool._local._disk import DiskImages, disk_usage
@@ -163,10 +164,12 @@ def _disk_limit(data_dir: Path) -> PlatformCheck:
         disks.create(work, 64, 0)
         used = disk_usage(work)
         disks.detach(work)
-    except OSError as exc:
+    except (OSError, RuntimeFailure) as exc:
         detail = f"a sandbox's disk limit cannot be set: {exc} (or serve with --sandbox-disk-limit off)"
         return PlatformCheck(name="disk limit", ok=False, detail=detail)
     finally:
+        with contextlib.suppress(OSError):
+            disks.detach(work)  # before the files go: a failure after the mount must not leave it behind
         shutil.rmtree(work, ignore_errors=True)
     size = used.bytes_total >> 20 if used else 0
     return PlatformCheck(name="disk limit", ok=True, detail=f"a 64 MiB sandbox filesystem mounted ({size} MiB usable)")

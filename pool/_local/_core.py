@@ -90,9 +90,10 @@ class LocalSandboxes:
         # are changed only on the event loop, by the transition methods below.
         self._sandboxes: dict[str, Sandbox] = {}
         self._snapshots: dict[str, SnapshotInfo] = {}
-        self._preparing: set[str] = set()  # started, their directory and filesystem still being made
+        self._preparing: dict[str, asyncio.Event] = {}  # started, their directory and filesystem still being made
         self._on_exit: ExitListener | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # crash clean-ups in flight, kept referenced
+        self._closed = False
 
     @property
     def images(self) -> ImageStore:
@@ -113,14 +114,7 @@ class LocalSandboxes:
         except ImageBuildError as exc:
             raise RuntimeFailure(str(exc)) from exc
         self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
-        self._preparing.add(spec.sandbox_id)
-        try:
-            box = await self.workers.run(
-                self.workers.lifecycle, self._prepare, spec.sandbox_id, layers, spec.template.resources
-            )
-        finally:
-            self._preparing.discard(spec.sandbox_id)
-        self._sandboxes[spec.sandbox_id] = box
+        box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
         try:
             box.cgroup.create(spec.template.resources)
             await self._launch(box, layers)
@@ -129,6 +123,25 @@ class LocalSandboxes:
         except BaseException:
             await self.stop(spec.sandbox_id)
             raise
+
+    async def _prepared(self, sandbox_id: str, layers: list[Path], resources: Resources) -> Sandbox:
+        """`_prepare` in a worker thread, recorded as running once done. A cancelled caller does not stop the
+        thread: what it makes is undone before the cancellation goes on; a `stop` meanwhile waits for either."""
+        done = self._preparing[sandbox_id] = asyncio.Event()
+        prepare = self.workers.run(self.workers.lifecycle, self._prepare, sandbox_id, layers, resources)
+        work = asyncio.ensure_future(prepare)
+        try:
+            box = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await self.workers.run(self.workers.lifecycle, self._teardown, await work, False)
+            raise
+        else:
+            self._sandboxes[sandbox_id] = box
+            return box
+        finally:
+            del self._preparing[sandbox_id]
+            done.set()
 
     def _prepare(self, sandbox_id: str, layers: list[Path], resources: Resources) -> Sandbox:
         """The sandbox's directory, uid slot and writable layer (blocking: the layer's filesystem is made here)."""
@@ -190,6 +203,7 @@ class LocalSandboxes:
             # keeping the files; treating its end as a crash here would delete them.
             if (
                 not box.stopping
+                and not self._closed
                 and self._sandboxes.get(box.sandbox_id) is box
                 and box.sandbox_id not in self._snapshots
             ):
@@ -202,11 +216,22 @@ class LocalSandboxes:
     async def _after_crash(self, sandbox_id: str) -> None:
         """Its pid 1 ended by itself: what is left of it stops, and its files stay as a files-only snapshot (its
         owner sees why, and a restore starts it again over them, until it is killed)."""
-        box = self._sandboxes[sandbox_id]
-        oom_kills = await self.workers.run(self.workers.lifecycle, box.cgroup.oom_kills)
+        box = self._sandboxes.get(sandbox_id)
+        if box is None:  # stopped meanwhile
+            return
+        oom_kills = 0
+        with contextlib.suppress(OSError):  # gone already
+            oom_kills = box.cgroup.oom_kills()  # one small file, before its cgroup goes
         await self.stop(sandbox_id, keep_files=True)
-        info = await self.workers.run(self.workers.lifecycle, _keep_files, box)
-        self._snapshots[sandbox_id] = info
+        if sandbox_id in self._sandboxes or sandbox_id in self._snapshots:  # started or killed and made again
+            return
+        try:
+            self._snapshots[sandbox_id] = await self.workers.run(self.workers.lifecycle, _keep_files, box)
+        except OSError:  # killed meanwhile: its directory is gone
+            return
+        if not box.directory.is_dir():
+            self._snapshots.pop(sandbox_id, None)
+            return
         status = box.process.returncode if box.process is not None else None
         why = "its pid 1 (the executor) ended" + (f" with status {status}" if status else "")
         if oom_kills:
@@ -216,6 +241,8 @@ class LocalSandboxes:
             await self._on_exit(sandbox_id, why)
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
+        if (preparing := self._preparing.get(sandbox_id)) is not None:
+            await preparing.wait()  # its directory is complete, or gone, before anything here touches it
         box = self._sandboxes.pop(sandbox_id, None)
         if box is None and keep_files and sandbox_id in self._snapshots:
             return  # nothing runs, and the files are what it keeps
@@ -317,6 +344,7 @@ class LocalSandboxes:
 
     def close(self) -> None:
         """Release host resources; the parent cgroup goes too once no sandbox is left in it."""
+        self._closed = True  # a sandbox's end from now on is the next server's to handle
         self.workers.close()
         self._egress.close()
         self._sockets.close()

@@ -34,6 +34,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from pool._errors import RuntimeFailure
 from pool._local._syscalls import MS_NODEV, MS_NOSUID, mount, unmount_lazily
 
 __all__ = ["BYTES_PER_INODE", "DiskImages", "DiskUsage", "disk_usage"]
@@ -114,7 +115,7 @@ class DiskImages:
             stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if result.returncode != 0:
-            raise OSError(f"mkfs.ext4 for sandbox {directory.name} failed: {result.stderr.strip()[-500:]}")
+            raise RuntimeFailure(f"mkfs.ext4 for sandbox {directory.name} failed: {result.stderr.strip()[-500:]}")
         self.attach(directory)
         for name in _LAYER_DIRS:
             (directory / _MOUNT / name).mkdir()
@@ -124,10 +125,18 @@ class DiskImages:
             (directory / _MOUNT / "lost+found").rmdir()  # not the sandbox's: it sees the upper directory only
 
     def attach(self, directory: Path) -> None:
-        """Mount the sandbox's filesystem if it has one and it is not mounted (after a reboot) (blocking)."""
+        """Mount the sandbox's filesystem if it has one and it is not mounted (after a reboot) (blocking);
+        RuntimeFailure when it cannot be (no loop devices here any more, a damaged image)."""
         image, target = directory / _IMAGE, directory / _MOUNT
         if not image.exists() or os.path.ismount(target):
             return
+        try:
+            self._mount(image, target)
+        except OSError as exc:
+            raise RuntimeFailure(f"the filesystem of sandbox {directory.name} cannot be mounted: {exc}") from exc
+
+    @staticmethod
+    def _mount(image: Path, target: Path) -> None:
         target.mkdir(exist_ok=True)
         fd = os.open(image, os.O_RDWR | os.O_CLOEXEC)
         try:

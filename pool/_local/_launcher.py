@@ -16,6 +16,7 @@ import errno
 import functools
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -160,8 +161,8 @@ def drop_other_sandboxes_mounts(sandbox_dir: Path) -> None:
     (`_disk`): the copies would hold each of them, and its loop device and disk space, for as long as this
     namespace lives, long after the other sandbox was killed and its mount on the host was gone."""
     siblings, own = f"{sandbox_dir.parent}/", f"{sandbox_dir}/"
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
+    with open("/proc/self/mountinfo") as f:  # a space in a path is written \\040 there, and so on
+        points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4]) for line in f]
     for point in reversed(points):  # the deepest first
         if point.startswith(siblings) and not point.startswith(own):
             unmount_lazily(point)

@@ -263,7 +263,10 @@ class LocalRuntime(LocalSandboxes):
         recorded = box.snapshot_info()
         pid = box.recorded_pid()
         if recorded is not None:
-            self._disks.attach(box.directory)  # after a reboot
+            try:
+                self._disks.attach(box.directory)  # after a reboot
+            except RuntimeFailure as exc:  # only this sandbox's restore will fail, not the server's start
+                _log.warning("sandbox %s: %s", box.sandbox_id, exc)
             info = settle(box, recorded)
             if recorded.kind == "criu" and info.kind == "filesystem" and pid and pid in box.cgroup.pids():
                 # Its memory dump was cut off (half an image, discarded) while its processes were still there,
