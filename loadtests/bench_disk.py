@@ -8,9 +8,10 @@ limit), print, in turn:
 - warm claim: `WarmPools.claim()` (pop + `POST /init`) on a pool the runtime keeps full;
 - write throughput inside: `dd` of 256 MiB with `conv=fdatasync`, and 2,000 small files made and synced;
 - `stats()` (E2B metrics) of a sandbox holding 20,000 files: one statvfs with the limit, a walk without;
-- the stop of that sandbox;
-- the cross-tenant case of the security audit: cold starts of other sandboxes, alone and while 24 `stats()`
-  calls at a time poll a sandbox holding `--files` files (300,000 by default).
+- the stop of that sandbox.
+
+The audit's cross-tenant case (another key's create while a sandbox's metrics are polled) goes through the API:
+`loadtests/bench_cross_tenant.py`.
 
 Run as root:
 
@@ -54,32 +55,7 @@ def _mb_per_s(dd_tail: str) -> float:
     return float(value) * {"GB/s": 1000.0, "MB/s": 1.0, "kB/s": 0.001}[unit]
 
 
-async def _while_polled(rt: LocalRuntime, runs: int, files: int) -> tuple[list[float], list[float]]:
-    """Cold starts (+ stop) alone, then while 24 concurrent `stats()` calls poll a sandbox full of files."""
-    crowded = await _start(rt, "crowded")
-    await run_in_sandbox(rt, crowded, f"mkdir $HOME/f && cd $HOME/f && seq {files} | xargs touch")
-    alone = [await _ms(_start_stop(rt, f"alone{i}")) for i in range(runs)]
-    stop = asyncio.Event()
-
-    async def poll() -> None:
-        while not stop.is_set():
-            await rt.stats(crowded)
-
-    pollers = [asyncio.create_task(poll()) for _ in range(24)]
-    try:
-        polled = [await _ms(_start_stop(rt, f"polled{i}")) for i in range(runs)]
-    finally:
-        stop.set()
-        await asyncio.gather(*pollers)
-    await rt.stop(crowded)
-    return alone, polled
-
-
-async def _start_stop(rt: LocalRuntime, sandbox_id: str) -> None:
-    await rt.stop(await _start(rt, sandbox_id))
-
-
-async def _measure(rt: LocalRuntime, runs: int, label: str, files: int) -> None:
+async def _measure(rt: LocalRuntime, runs: int, label: str) -> None:
     await rt.stop(await _start(rt, "warmup"))
     starts, stops, claims, dd, small, stats, big_stops = [], [], [], [], [], [], []
     for i in range(runs):
@@ -110,7 +86,6 @@ async def _measure(rt: LocalRuntime, runs: int, label: str, files: int) -> None:
         for _ in range(5):
             stats.append(await _ms(rt.stats(sandbox_id)))
         big_stops.append(await _ms(rt.stop(sandbox_id)))
-    alone, polled = await _while_polled(rt, max(3, runs // 2), files)
     print(f"--- {label}")
     print(row("cold start (executor ready)", starts))
     print(row("stop of a fresh sandbox", stops))
@@ -119,9 +94,6 @@ async def _measure(rt: LocalRuntime, runs: int, label: str, files: int) -> None:
     print(row("2,000 small files + sync inside", small))
     print(row("stats() with 20,000 files inside", stats))
     print(row("stop of a sandbox with 20,000 files", big_stops))
-    print(row("another sandbox's start + stop, alone", alone))
-    print(row(f"  ... while {files:,}-file sandbox is polled", polled))
-    print(f"{'  ratio (p50)':<44} {percentile(polled, 50) / percentile(alone, 50):.2f}")
 
 
 async def _start(rt: LocalRuntime, sandbox_id: str) -> str:
@@ -129,13 +101,13 @@ async def _start(rt: LocalRuntime, sandbox_id: str) -> str:
     return sandbox_id
 
 
-async def _both(runs: int, files: int, root: Path) -> None:
+async def _both(runs: int, root: Path) -> None:
     for label, limit in (("disk limit on (ext4 image per sandbox)", True), ("disk limit off (baseline)", False)):
         settings = msgspec.structs.replace(runtime_settings(root / label.split()[2], criu=False), disk_limit=limit)
         rt = new_runtime(settings)
         await asyncio.to_thread(rt.images.build, TEMPLATES["base"], lambda _line: None)
         try:
-            await _measure(rt, runs, label, files)
+            await _measure(rt, runs, label)
         finally:
             for sandbox_id in rt.sandbox_ids():
                 await rt.stop(sandbox_id)
@@ -146,10 +118,9 @@ async def _both(runs: int, files: int, root: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--files", type=int, default=300_000, help="files in the polled sandbox")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-disk-", dir="/var/tmp") as tmp:
-        asyncio.run(_both(args.runs, args.files, Path(tmp)))
+        asyncio.run(_both(args.runs, Path(tmp)))
 
 
 if __name__ == "__main__":
