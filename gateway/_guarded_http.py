@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+import types
 from asyncio import TimerHandle
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, ClassVar
 
 import msgspec
@@ -139,8 +140,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             raw.abort()
             return
         self._raw = raw
-        raw.pause_reading()  # the TLS bytes are for the handshake, never for the HTTP parser
-        self._handshake = self.loop.create_task(self._start_tls(raw))
+        # The TLS bytes are for the handshake, never for the HTTP parser. uvloop starts reading as soon as this
+        # connection_made returns (a pause here is undone) and a task's first step would come a loop turn later,
+        # after a read: so the handshake's first step runs now, which hands the transport to the TLS protocol
+        # (it keeps what arrives before its own start), and the rest runs as a task.
+        shaking = self._start_tls(raw)
+        try:
+            first = shaking.send(None)
+        except StopIteration:
+            return
+        self._handshake = self.loop.create_task(_continued(shaking, first))
 
     async def _start_tls(self, raw: asyncio.Transport) -> None:
         assert self.tls is not None
@@ -266,6 +275,25 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             if self.on_lost is not None:
                 self.on_lost()
                 self.on_lost = None
+
+
+@types.coroutine
+def _continued(coroutine: Coroutine[Any, Any, None], pending: Any) -> Generator[Any, Any, None]:
+    """The rest of `coroutine`, already run up to its first suspension (`pending`, the future it waits for), as
+    something a task can run: what the task sends or throws in goes on to `coroutine`."""
+    while True:
+        try:
+            sent = yield pending
+        except BaseException as exc:  # a cancellation too: it is the coroutine's to handle
+            try:
+                pending = coroutine.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                pending = coroutine.send(sent)
+            except StopIteration:
+                return
 
 
 def guarded_protocol(
