@@ -28,6 +28,7 @@ from activator._errors import (
     QuotaExceeded,
     SandboxConflict,
     SandboxNotFound,
+    TooManyRequests,
     TooManySignIns,
 )
 from activator._holds import CLIENT_GONE
@@ -37,6 +38,7 @@ from activator._kube_store import KubeStore
 from activator._logs import LogLine
 from activator._mcp import CREATE_DEADLINE, AgentPort, AgentRefused, McpServer, SandboxUrls, ToolError, session_path
 from activator._metrics_ring import SAMPLE_INTERVAL, SAMPLES_KEPT, Sample
+from activator._pacing import RequestPacer
 from activator._quota import DEFAULT_KEY_LIMITS
 from activator._records import (
     MAX_SANDBOX_ID_LENGTH,
@@ -105,6 +107,7 @@ __all__ = [
     "PortNotOpen",
     "QuotaExceeded",
     "RedisCoordinator",
+    "RequestPacer",
     "Sample",
     "SandboxConflict",
     "SandboxNotFound",
@@ -122,6 +125,7 @@ __all__ = [
     "TemplateFiles",
     "TemplateNotFound",
     "TemplateRecord",
+    "TooManyRequests",
     "TooManySignIns",
     "ToolError",
     "e2b_error_response",

@@ -10,6 +10,7 @@ ActivatorError                 500  base class
 ├── IdempotencyMismatch        422  the Idempotency-Key was used with another request
 ├── QuotaExceeded              429  the API key's sandboxes hold its limit already (`_quota`; E2B's full team)
 ├── TooManySignIns             429  this client address failed too many key checks (`_signin`; Retry-After)
+├── TooManyRequests            429  this key sent more requests than its pace allows (`_pacing`; Retry-After)
 ├── GuestUnresponsive          503  `requireHealthyGuest`: the sandbox's executor does not answer
 ├── NotSupported               501  an E2B feature this server does not offer (yet)
 ├── HoldQueueFull              503  too many requests are already held for sandboxes
@@ -104,6 +105,16 @@ class TooManySignIns(ActivatorError):
     status_code = 429
 
     def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TooManyRequests(ActivatorError):
+    """The key sent more requests than its pace allows, by more than the wait a request may take (`_pacing`)."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 

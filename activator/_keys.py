@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from activator._pacing import RequestPacer
 from activator._records import ApiKey, KeyLimits
 from activator._signin import SignInLimiter
 from activator._store import Store
@@ -33,12 +34,19 @@ class ApiKeys:
     """Creates, lists, revokes and verifies API keys."""
 
     def __init__(
-        self, store: Store, *, clock: Callable[[], float] = time.time, signin: SignInLimiter | None = None
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        signin: SignInLimiter | None = None,
+        pacer: RequestPacer | None = None,
     ) -> None:
-        """`signin` limits the failed checks of each client address (`check`); None: no limit."""
+        """`signin` limits the failed checks of each client address (`check`), `pacer` the requests of each key
+        that passes it; None: no limit."""
         self._store = store
         self._clock = clock
         self._signin = signin or SignInLimiter(0)
+        self._pacer = pacer or RequestPacer(0)
 
     async def create(self, name: str, limits: KeyLimits = _SERVER_LIMITS) -> tuple[ApiKey, str]:
         """A new random key: its listing and the key itself, which is shown once and never stored."""
@@ -83,13 +91,14 @@ class ApiKeys:
     async def check(self, raw: str, client: str | None) -> str | None:
         """`verify` for a request from the address `client`, within its sign-in limit (`_signin`): TooManySignIns
         (429) while the address failed too often lately, whatever `raw` is. None: an address we do not know
-        (the check is not limited)."""
+        (the check is not limited). A right key then waits for its turn (`_pacing`)."""
         if client is None:
             return await self.verify(raw)
         self._signin.attempt(client)
         owner = await self.verify(raw)
         if owner is not None:
             self._signin.succeeded(client)
+            await self._pacer.admit(owner)  # TooManyRequests (429) when its turn is too far off
         return owner
 
     async def ensure_bootstrap_key(self, explicit: str | None) -> str | None:

@@ -140,6 +140,9 @@ def _add_access(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
     _env_option(serve, "--signin-failures", _shown(defaults.signin_failures), type=_limit, metavar="N|none",
         help="failed API-key checks (API, MCP, UI sign-in) one client address may make a minute; past them every "
         "check from it gets 429 + Retry-After (default %(default)s)")
+    _env_option(serve, "--key-request-rate", _shown(defaults.key_request_rate), type=_limit, metavar="N|none",
+        help="requests a second one API key may make (API, MCP, UI), in bursts of twice that; a request past it "
+        "waits its turn, and one that would wait over 10 s gets 429 + Retry-After (default %(default)s)")
     _env_option(serve, "--metrics-auth", defaults.metrics_auth, choices=["key", "none"],
         help="whether /metrics wants an API key (X-API-Key or Authorization: Bearer), default %(default)s")
     _env_option(serve, "--metrics-listen", "none", type=_listen, metavar="HOST:PORT|none",
@@ -392,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                          max_vcpus=args.key_max_vcpus),
                     sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),
                     revoked_key_grace=float(args.revoked_key_grace), signin_failures=args.signin_failures,
+                    key_request_rate=args.key_request_rate,
                     metrics_auth=args.metrics_auth, metrics_listen=args.metrics_listen,
                     sandbox_disk_limit=args.sandbox_disk_limit == "on",
                 )

@@ -21,6 +21,7 @@ from activator import (
     KubeStore,
     McpServer,
     RedisCoordinator,
+    RequestPacer,
     SandboxUrls,
     SignInLimiter,
     SoloCoordinator,
@@ -148,7 +149,9 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         for work in _background_loops(stack, settings, runtime, activator, pools):
             stack.push_async_callback(_cancel, asyncio.create_task(work))
         stack.push_async_callback(pools.close)  # runs first: stop the refills, then kill unclaimed sandboxes
-        keys = ApiKeys(store, signin=SignInLimiter(settings.signin_failures))
+        keys = ApiKeys(
+            store, signin=SignInLimiter(settings.signin_failures), pacer=RequestPacer(settings.key_request_rate)
+        )
         urls = SandboxUrls(domain=settings.domain, scheme="https" if settings.tls_cert else "http", port=settings.port)
         mcp = McpServer(activator, keys, urls)
         await stack.enter_async_context(mcp.run())

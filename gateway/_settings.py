@@ -72,6 +72,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     # and the (host, port) of a listener of its own (None: the main one's /metrics)
     revoked_key_grace: float = 3600.0
     signin_failures: int = 60
+    key_request_rate: int = 100  # requests a second one API key may make (bursts of twice that); 0: unpaced
     metrics_auth: Literal["key", "none"] = "key"
     metrics_listen: tuple[str, int] | None = None
     connections: ConnectionLimits = ConnectionLimits()

@@ -14,7 +14,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from activator._e2b._wire import ErrorBody
-from activator._errors import ActivatorError, TooManySignIns
+from activator._errors import ActivatorError, TooManyRequests, TooManySignIns
 
 __all__ = ["e2b_error_response"]
 
@@ -26,7 +26,7 @@ def e2b_error_response(request: Request[Any, Any, Any], exc: Exception) -> Respo
     status, message = _status_and_message(request, exc)
     error_code = exc.error_code if isinstance(exc, ActivatorError) else None
     headers = exc.headers if isinstance(exc, HTTPException) else None
-    if isinstance(exc, TooManySignIns):
+    if isinstance(exc, TooManySignIns | TooManyRequests):
         headers = {"Retry-After": str(exc.retry_after)}
     return Response(ErrorBody(code=status, message=message, error_code=error_code), status_code=status, headers=headers)
 
