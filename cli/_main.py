@@ -115,7 +115,7 @@ def _add_limits(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
         help="vCPUs one API key's live sandboxes may declare in total, as --key-max-sandboxes (default %(default)s)")
     _env_option(serve, "--sandboxes-memory-max", _shown(ceiling.memory_mb), type=_ceiling, metavar="MIB|auto|none",
         help="local runtime: memory all sandboxes together may use (their parent cgroup's limit); auto: the "
-        "machine's RAM less a tenth of it, at least 1 GiB (default %(default)s)")
+        "machine's RAM less the larger of a tenth of it and 1 GiB, but at least half of it (default %(default)s)")
     _env_option(serve, "--sandboxes-pids-max", _shown(ceiling.pids), type=_ceiling, metavar="N|auto|none",
         help="local runtime: processes and threads all sandboxes together may run; auto: half of the smaller of "
         "kernel.pid_max and kernel.threads-max (default %(default)s)")
@@ -141,8 +141,9 @@ def _add_access(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
         help="failed API-key checks (API, MCP, UI sign-in) one client address may make a minute; past them every "
         "check from it gets 429 + Retry-After (default %(default)s)")
     _env_option(serve, "--key-request-rate", _shown(defaults.key_request_rate), type=_limit, metavar="N|none",
-        help="requests a second one API key may make (API, MCP, UI), in bursts of twice that; a request past it "
-        "waits its turn, and one that would wait over 10 s gets 429 + Retry-After (default %(default)s)")
+        help="requests a second one API key may make (E2B API, MCP, UI sign-in, /metrics), in bursts of twice "
+        "that; a request past it waits its turn, one that would wait over 10 s gets 429 + Retry-After (default "
+        "%(default)s)")
     _env_option(serve, "--metrics-auth", defaults.metrics_auth, choices=["key", "none"],
         help="whether /metrics wants an API key (X-API-Key or Authorization: Bearer), default %(default)s")
     _env_option(serve, "--metrics-listen", "none", type=_listen, metavar="HOST:PORT|none",

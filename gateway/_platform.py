@@ -122,6 +122,11 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         pools = _warm_pools(runtime, templates, settings)
         if isinstance(runtime, KubernetesRuntime) and isinstance(pools, KubeWarmPools):
             runtime.set_warm_source(pools.claim_for)  # a resume from zero adopts a warm pod when one is ready
+        if not settings.sandbox_disk_limit and isinstance(runtime, KubernetesRuntime):
+            raise SystemExit(
+                "agent-sandbox: --sandbox-disk-limit off: on kubernetes a sandbox's disk is its pod's "
+                "ephemeral-storage limit, which the kubelet enforces; the flag is the local runtime's"
+            )
         if settings.warm_builds and isinstance(runtime, KubernetesRuntime):
             raise SystemExit("agent-sandbox: --warm-builds: the kubernetes runtime builds no templates to keep warm")
         builds = (

@@ -198,3 +198,11 @@ def test_the_ceiling_is_written_where_each_cgroup_version_keeps_it(
     assert ((tmp_path / memory_file).read_text(), pids_file.read_text()) == (str(1 << 30), "500")
     write_ceiling(roots, None, None)
     assert ((tmp_path / memory_file).read_text(), pids_file.read_text()) == (unlimited, "max")
+
+
+def test_auto_keeps_half_the_memory_of_a_host_smaller_than_two_gib(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "meminfo").write_text("MemTotal:        1572864 kB\n")  # 1.5 GiB: less 1 GiB would leave a third
+    (tmp_path / "sys" / "kernel" / "pid_max").write_text("32768\n")
+    (tmp_path / "sys" / "kernel" / "threads-max").write_text("32768\n")
+    assert HostCeiling().resolved(tmp_path) == (768 << 20, 16384)

@@ -77,7 +77,8 @@ class HostCeiling(msgspec.Struct, frozen=True, kw_only=True):
     """What all sandboxes together may use (the parent cgroup's limits): None computes it from the machine
     (`auto`), 0 sets none.
 
-    auto: memory is the machine's RAM less a reserve of a tenth of it, at least 1 GiB; process ids are half of
+    auto: memory is the machine's RAM less a reserve of a tenth of it, at least 1 GiB (but half the RAM at
+    least, on a small host); process ids are half of
     what the kernel hands out (the smaller of `kernel.pid_max` and `kernel.threads-max`).
     """
 
