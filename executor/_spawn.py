@@ -10,7 +10,8 @@ sandbox's pid 1, its last: filling the sandbox's memory or /dev/shm kills the of
 (its files went with it). Lowering pid 1 instead would need CAP_SYS_RESOURCE on the host, which container
 hosts withhold, and its children would inherit it. The value is written from here right after the fork,
 not in the child: a `preexec_fn` makes Popen fork the whole executor instead of vfork-ing (+6.6 ms a command,
-measured), `choom` costs an exec (+0.85 ms); a process the child forks in its first microseconds keeps 0.
+measured), `choom` costs an exec (+0.85 ms); a process the child forks before the write keeps 0
+(microseconds when idle, longer on a loaded machine).
 """
 
 from __future__ import annotations

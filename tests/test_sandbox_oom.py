@@ -5,6 +5,7 @@ sandbox (which took its files with it before)."""
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -34,12 +35,14 @@ async def test_pid_one_is_the_last_choice_and_every_process_it_starts_the_first(
     await rt.start(spec("scored"))
     assert Path(f"/proc/{rt.host_pid('scored')}/oom_score_adj").read_text().strip() == "0"
     first = str(CHILD_OOM_SCORE_ADJ)
+    # The executor writes the value just after the fork (`executor._spawn`): each command reads its own shell's
+    # once that has surely happened, and so does a child forked then, which inherits it.
+    own_and_child = "sleep 1; cat /proc/$$/oom_score_adj; sh -c 'cat /proc/$$/oom_score_adj'"
     for user in ("user", "root"):
-        shown = await run_in_sandbox(rt, "scored", "cat /proc/self/oom_score_adj; sh -c 'cat /proc/$$/oom_score_adj'",
-                                     user=user)  # fmt: skip
+        shown = await run_in_sandbox(rt, "scored", own_and_child, user=user)
         assert shown.stdout.split() == [first, first], shown
-    sudo = await run_in_sandbox(rt, "scored", "sudo cat /proc/self/oom_score_adj")
-    assert sudo.stdout.strip() == first, sudo
+    sudo = await run_in_sandbox(rt, "scored", f"sudo sh -c {shlex.quote(own_and_child)}")
+    assert sudo.stdout.split() == [first, first], sudo
 
 
 async def test_filling_shm_and_memory_kills_the_offender_and_the_sandbox_lives_on(rt: LocalRuntime) -> None:
