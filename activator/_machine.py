@@ -199,7 +199,7 @@ class SandboxMachine:
         """After a restart: load the stored live records and reconcile them with the runtime's sandboxes (alone;
         a replica among others only loads them)."""
         alive = await runtime_call("recover its sandboxes", self._runtime.recover())
-        snapshotted = self._runtime.snapshotted_ids()
+        snapshotted, crashes = self._runtime.snapshotted_ids(), self._runtime.crashes()
         records = await self._store.live()
         self._live.update((record.id, record) for record in records)
         for record in records:
@@ -209,7 +209,8 @@ class SandboxMachine:
             # replica that joins only loads the records. Sandboxes are in the cluster, not in a crashed process.
             return
         for record in records:
-            facts = Reassert(alive=record.id in alive, snapshotted=record.id in snapshotted)
+            crash = crashes.get(record.id)
+            facts = Reassert(alive=record.id in alive, snapshotted=record.id in snapshotted, crash=crash)
             await self._recover_one(record.id, self.apply(record.id, facts))
         for orphan in (alive | snapshotted) - self._live.keys():
             _log.warning("sandbox %s: removing it from the runtime, it has no record", orphan)

@@ -156,6 +156,7 @@ class Reassert(msgspec.Struct, frozen=True, tag=True):
 
     alive: bool
     snapshotted: bool
+    crash: str | None = None  # its processes were found gone and its files kept (the snapshot), and why
     reason = "recover"
 
 
@@ -220,8 +221,8 @@ def _plan_live(record: SandboxRecord, intent: Intent, now: float) -> Step:
             return Step(changed, action, "network rules replaced")
         case Expire():
             return _expire(record, now)
-        case Reassert(alive=alive, snapshotted=snapshotted):
-            return _reassert(record, alive, snapshotted, now)
+        case Reassert(alive=alive, snapshotted=snapshotted, crash=crash):
+            return _reassert(record, alive, snapshotted, crash, now)
     raise AssertionError(f"unhandled intent {intent!r}")  # pragma: no cover - the match is exhaustive
 
 
@@ -311,11 +312,14 @@ def _expire(record: SandboxRecord, now: float) -> Step:
     return _kill(record, now, "killed: its timeout passed")
 
 
-def _reassert(record: SandboxRecord, alive: bool, snapshotted: bool, now: float) -> Step:
-    """Finish or undo what a crash cut short: the record was stored before its runtime action ran."""
+def _reassert(record: SandboxRecord, alive: bool, snapshotted: bool, crash: str | None, now: float) -> Step:
+    """Finish or undo what a crash cut short: the record was stored before its runtime action ran. A sandbox
+    that died meanwhile is a crash like one seen live (unless it was being snapshotted: that is its end)."""
     state = record.state
     if alive:  # processes exist: make them frozen or thawed per the record, or finish a snapshot (as it was asked)
         return Step(record, _REASSERT_ALIVE[state], None, memory=record.snapshot_kind != "filesystem")
+    if snapshotted and crash is not None:
+        return _crash(record, crash, now)
     if snapshotted:  # no processes but an image: resumable
         if state is _RUNNING:
             return Step(record, "restore", None)  # a restore was cut short: finish it

@@ -233,6 +233,10 @@ class Runtime(Protocol):
     def snapshotted_ids(self) -> set[str]:
         """Every snapshotted sandbox, including those found by `recover` after a restart."""
 
+    def crashes(self) -> dict[str, str]:
+        """The sandboxes `recover` found with their processes gone and their files kept (among `snapshotted_ids`),
+        with why: pid 1 died, or the machine restarted, while no server watched them."""
+
     async def recover(self) -> set[str]:
         """After a restart of the server: the IDs of sandboxes whose processes still run.
 

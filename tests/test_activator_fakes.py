@@ -37,6 +37,7 @@ class FakeRuntime:
         self.running: set[str] = set()
         self.frozen: set[str] = set()
         self.snapshots: dict[str, SnapshotKind] = {}
+        self.crashed: dict[str, str] = {}  # what `crashes` reports: found dead by `recover`, among `snapshots`
         self.specs: dict[str, SandboxSpec] = {}
         self.noted: dict[str, SandboxSpec] = {}  # what `note_spec` was told
         self.calls: list[tuple[str, str]] = []
@@ -95,6 +96,9 @@ class FakeRuntime:
 
     def snapshotted_ids(self) -> set[str]:
         return set(self.snapshots)
+
+    def crashes(self) -> dict[str, str]:
+        return dict(self.crashed)
 
     async def freeze(self, sandbox_id: str) -> None:
         self._call("freeze", sandbox_id)

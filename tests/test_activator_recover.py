@@ -66,6 +66,25 @@ async def test_half_done_transitions_are_finished_or_undone(store: Store, runtim
     )
 
 
+async def test_a_sandbox_that_died_while_the_server_was_down_is_reported_crashed_and_resumable(
+    store: Store, runtime: FakeRuntime, clock: Clock
+) -> None:
+    first = activator(store, runtime, clock)
+    dead = await first.create("alice", request())
+    runtime.running.discard(dead.id)  # what the runtime's recover found: no processes, its files kept
+    runtime.snapshots[dead.id] = "filesystem"
+    runtime.crashed[dead.id] = "its pid 1 (the executor) ended while the server was not running"
+    runtime.calls.clear()
+    second = activator(store, runtime, clock)
+    await second.recover()
+    crashed = second.get("alice", dead.id)
+    assert (crashed.state, crashed.pause_reason) == (SandboxState.SNAPSHOTTED, "crash")
+    assert crashed.crash == "its pid 1 (the executor) ended while the server was not running"
+    assert runtime.calls == []  # neither restored behind its owner's back nor stopped
+    resumed, was_paused = await second.connect("alice", dead.id, 60)
+    assert (resumed.state, resumed.crash, was_paused) == (SandboxState.RUNNING, None, True)
+
+
 async def test_sandboxes_without_records_are_removed(store: Store, runtime: FakeRuntime, clock: Clock) -> None:
     runtime.running.add("orphanrunning")
     runtime.snapshots["orphansnapshot"] = "criu"

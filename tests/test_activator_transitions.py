@@ -226,6 +226,17 @@ class TestReassert:
         step = plan(user_paused(state), Reassert(alive=False, snapshotted=True), NOW)
         assert (step.record.state, step.record.pause_reason, step.action) == (SNAPSHOTTED, "api", None)
 
+    @pytest.mark.parametrize("state", [RUNNING, PAUSED])
+    def test_a_sandbox_found_dead_with_its_files_kept_is_a_crash_not_a_restore(self, state: SandboxState) -> None:
+        step = plan(record(state), Reassert(alive=False, snapshotted=True, crash="pid 1 ended"), NOW)
+        assert (step.record.state, step.record.pause_reason, step.record.crash) == (SNAPSHOTTED, "crash", "pid 1 ended")
+        assert step.action is None
+        assert step.record.user_paused
+
+    def test_a_sandbox_found_dead_while_it_was_being_snapshotted_is_just_snapshotted(self) -> None:
+        step = plan(user_paused(SNAPSHOTTED), Reassert(alive=False, snapshotted=True, crash="gone"), NOW)
+        assert (step.record.pause_reason, step.record.crash, step.action) == ("api", None, None)
+
     @pytest.mark.parametrize("state", [RUNNING, PAUSED, SNAPSHOTTED])
     def test_a_sandbox_with_neither_processes_nor_snapshot_is_killed(self, state: SandboxState) -> None:
         step = plan(record(state), Reassert(alive=False, snapshotted=False), NOW)

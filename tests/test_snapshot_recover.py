@@ -8,6 +8,8 @@ stay this process's children, where a killed server's would go to init: the test
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,3 +130,22 @@ async def test_a_dump_complete_but_not_yet_in_place_is_kept_after_the_restart(
         assert rt.snapshotted_ids() == {"dumped"}
         await rt.restore(served("dumped"))
         assert await http_get(rt, "dumped", 8008, "/starts") == b"started\n"  # memory kept: no second start
+
+
+async def test_a_sandbox_whose_pid_one_died_while_no_server_ran_keeps_its_files_and_says_why(
+    tmp_path: Path, launchers: list[subprocess.Popen[bytes]]
+) -> None:
+    await _before_the_crash(tmp_path, False, "dead", launchers, snapshot=False)
+    directory = tmp_path / "sandboxes" / "dead"
+    os.kill(int((directory / "pid").read_text()), signal.SIGKILL)
+    launchers[0].wait(10)  # its launcher ends with it: nothing of the sandbox runs
+
+    async with local_runtime(tmp_path, criu=False) as rt:
+        assert await rt.recover() == set()
+        assert rt.snapshotted_ids() == {"dead"}
+        assert rt.crashes() == {"dead": "its pid 1 (the executor) ended while the server was not running"}
+        await rt.restore(served("dead"))
+        assert await http_get(rt, "dead", 8008, "/note") == b"mine\n"
+        await rt.stop("dead")
+        assert rt.crashes() == {}
+        assert not directory.exists()

@@ -97,6 +97,10 @@ class KubernetesRuntime(KubeSandboxes):
     def snapshotted_ids(self) -> set[str]:
         return self._sets.ids(snapshotted=True)
 
+    def crashes(self) -> dict[str, str]:
+        """None: an executor that dies in a pod is the kubelet's to restart (the pod's restart policy)."""
+        return {}
+
     async def snapshot(self, sandbox_id: str, *, memory: bool = True) -> SnapshotInfo:
         """Archive the working directory and scale to zero; files only here, with or without `memory`."""
         await self._watch()

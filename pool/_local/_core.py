@@ -42,7 +42,7 @@ from pool._runtime import EgressRules, SandboxSpec, SandboxStats, SnapshotInfo
 from pool._template_start import bring_up
 from pool._templates import Resources
 
-__all__ = ["LocalRuntimeSettings", "LocalSandboxes"]
+__all__ = ["LocalRuntimeSettings", "LocalSandboxes", "crash_reason", "record_files_snapshot"]
 
 ExitListener = Callable[[str, str], Awaitable[None]]  # (sandbox id, why it ended)
 _log = logging.getLogger("pool.local")
@@ -226,16 +226,14 @@ class LocalSandboxes:
         if sandbox_id in self._sandboxes or sandbox_id in self._snapshots:  # started or killed and made again
             return
         try:
-            self._snapshots[sandbox_id] = await self.workers.run(self.workers.lifecycle, _keep_files, box)
+            self._snapshots[sandbox_id] = await self.workers.run(self.workers.lifecycle, record_files_snapshot, box)
         except OSError:  # killed meanwhile: its directory is gone
             return
         if not box.directory.is_dir():
             self._snapshots.pop(sandbox_id, None)
             return
         status = box.process.returncode if box.process is not None else None
-        why = "its pid 1 (the executor) ended" + (f" with status {status}" if status else "")
-        if oom_kills:
-            why += f"; the OOM killer ran {oom_kills} times in it (memory limit {box.resources.memory_mb} MiB)"
+        why = crash_reason(box, f"ended with status {status}" if status else "ended", oom_kills)
         _log.warning("sandbox %s crashed: %s; its files are kept", sandbox_id, why)
         if self._on_exit is not None:
             await self._on_exit(sandbox_id, why)
@@ -353,8 +351,16 @@ class LocalSandboxes:
                 root.rmdir()
 
 
-def _keep_files(box: Sandbox) -> SnapshotInfo:
+def record_files_snapshot(box: Sandbox) -> SnapshotInfo:
     """Record a stopped sandbox's files as its snapshot (blocking)."""
     info = SnapshotInfo(kind="filesystem", seconds=0.0, image_bytes=snapshot_bytes(box.directory))
     box.set_snapshot_info(info)
     return info
+
+
+def crash_reason(box: Sandbox, ended: str, oom_kills: int) -> str:
+    """What its owner reads about a sandbox whose pid 1 `ended` by itself, with what the OOM killer did in it."""
+    why = f"its pid 1 (the executor) {ended}"
+    if oom_kills:
+        why += f"; the OOM killer ran {oom_kills} times in it (memory limit {box.resources.memory_mb} MiB)"
+    return why

@@ -10,18 +10,20 @@ pinned layers) and re-runs `/init`, the template's start commands and the sandbo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from pool._errors import CheckpointFailed, RuntimeFailure, SandboxGone
 from pool._local._census import foreign_processes
-from pool._local._core import LocalRuntimeSettings, LocalSandboxes
+from pool._local._core import LocalRuntimeSettings, LocalSandboxes, crash_reason, record_files_snapshot
 from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
 from pool._local._sandbox import Sandbox, load_sandbox
@@ -52,6 +54,7 @@ class LocalRuntime(LocalSandboxes):
         self._criu = CriuSupport(settings.criu_dir)  # the trial runs in a thread meanwhile
         # Sandboxes whose memory snapshot failed since they started: the idle policy leaves them frozen.
         self._dump_failed: set[str] = set()
+        self._crashes: dict[str, str] = {}  # found by `recover`: pid 1 died while no server watched, and why
         self._builder = LocalTemplateBuilder(self)
 
     async def build_template(
@@ -100,6 +103,7 @@ class LocalRuntime(LocalSandboxes):
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         self._dump_failed.discard(sandbox_id)
+        self._crashes.pop(sandbox_id, None)
         await super().stop(sandbox_id, keep_files=keep_files)
 
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
@@ -240,7 +244,10 @@ class LocalRuntime(LocalSandboxes):
                 shutil.rmtree(directory, ignore_errors=True)  # died before its slot was recorded
                 continue
             found = await self.workers.run(self.workers.snapshots, self._settle, box)
-            if isinstance(found, SnapshotInfo):
+            if isinstance(found, _Crashed):
+                self._snapshots[box.sandbox_id] = found.files
+                self._crashes[box.sandbox_id] = found.why
+            elif isinstance(found, SnapshotInfo):
                 self._snapshots[box.sandbox_id] = found
             elif found:
                 box.pid = found
@@ -258,8 +265,13 @@ class LocalRuntime(LocalSandboxes):
         except (RuntimeFailure, OSError) as exc:
             _log.warning("sandbox %s: its egress could not be set up again, it has none: %s", box.sandbox_id, exc)
 
-    def _settle(self, box: Sandbox) -> SnapshotInfo | int:
-        """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or 0 (dead)."""
+    def crashes(self) -> dict[str, str]:
+        """`pool.Runtime`: the sandboxes `recover` found with their pid 1 gone, kept as their files, and why."""
+        return dict(self._crashes)
+
+    def _settle(self, box: Sandbox) -> SnapshotInfo | int | _Crashed:
+        """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or what is left
+        of a sandbox whose pid 1 died meanwhile."""
         recorded = box.snapshot_info()
         pid = box.recorded_pid()
         if recorded is not None:
@@ -279,9 +291,31 @@ class LocalRuntime(LocalSandboxes):
         if pid and pid in box.cgroup.pids():
             drop_image(box.directory)  # left by a restore that was complete
             return pid
+        return self._keep_crashed(box)
+
+    def _keep_crashed(self, box: Sandbox) -> _Crashed:
+        """Its pid 1 ended while no server watched (or the machine restarted): like any crash, what else runs in
+        it stops and its files stay, as a files-only snapshot (blocking)."""
+        oom_kills = 0
         if box.cgroup.exists():
+            with contextlib.suppress(OSError):
+                oom_kills = box.cgroup.oom_kills()
+            box.stopping = True
             self._teardown(box, keep_files=True)
-        return 0
+        try:
+            self._disks.attach(box.directory)  # after a reboot; its size is its filesystem's use
+        except RuntimeFailure as exc:  # only this sandbox's restore will fail
+            _log.warning("sandbox %s: %s", box.sandbox_id, exc)
+        why = crash_reason(box, "ended while the server was not running", oom_kills)
+        _log.warning("sandbox %s crashed: %s; its files are kept", box.sandbox_id, why)
+        return _Crashed(record_files_snapshot(box), why)
+
+
+class _Crashed(NamedTuple):
+    """A sandbox `recover` found dead: its files, kept as its snapshot, and why it is no longer running."""
+
+    files: SnapshotInfo
+    why: str
 
 
 def _forget_snapshot(box: Sandbox) -> None:
