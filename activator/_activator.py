@@ -23,7 +23,7 @@ import msgspec
 from activator._activity import Activity
 from activator._catalog import TemplateCatalog
 from activator._coordination import Coordinator, SoloCoordinator
-from activator._errors import ActivatorError, InvalidRequest, SandboxConflict, SandboxNotFound
+from activator._errors import ActivatorError, InvalidRequest, NotSupported, SandboxConflict, SandboxNotFound
 from activator._guest import require_healthy_guest
 from activator._holds import HoldGate
 from activator._idempotency import Idempotency
@@ -50,7 +50,7 @@ from activator._store import Store, decode_cursor, encode_cursor
 from activator._telemetry import Telemetry
 from activator._template_builds import TemplateBuilds, WarmBuilds
 from activator._template_files import TemplateFiles
-from activator._template_records import TemplateLedger
+from activator._template_records import TemplateLedger, TemplateRecord
 from activator._transitions import Crash, Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
 from pool import ExecutorInit, Runtime, SandboxStats, Template, TemplateBuilder
 
@@ -260,6 +260,51 @@ class Activator:
         if key is None:
             return await create()
         return await self._idempotency.once(owner, key, request, create)
+
+    async def create_snapshot(
+        self, owner: str, sandbox_id: str, name: str, tag: str, *, memory: bool
+    ) -> TemplateRecord:
+        """E2B's create_snapshot: the sandbox's files as the build `tag` of a template (`name`, or "" for one named
+        by its ID), which sandboxes are then created from; the sandbox is frozen only while they are copied.
+
+        With `memory` (E2B's default mode "full") NotSupported: a memory image is restored only into the sandbox
+        it was taken of here. A user-paused sandbox is SandboxConflict: connect to it first.
+        """
+        if memory:
+            raise NotSupported(
+                "snapshots with memory (mode 'full', the default) are not supported by this server: "
+                "create_snapshot(mode='filesystem') keeps the sandbox's files, and sandboxes created from it start "
+                "over them afresh"
+            )
+        if self.get(owner, sandbox_id).user_paused:
+            raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before snapshotting it")
+        await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
+
+        async def take(record: SandboxRecord) -> TemplateRecord:
+            if record.state is SandboxState.SNAPSHOTTED:  # the idle policy snapshotted it again meanwhile
+                raise SandboxConflict(f"sandbox {sandbox_id} was paused meanwhile: try again")
+            template = self.catalog.templates[record.template]
+            return await self.template_builds.snapshot(owner, name, tag, sandbox_id, template)
+
+        return await self._machine.holding(sandbox_id, take)
+
+    async def delete_template(self, owner: str, name: str) -> None:
+        """Delete `owner`'s template (`TemplateBuilds.delete`); a snapshot's files stay while a live sandbox was
+        created from it (its restore may need them)."""
+
+        def in_use() -> list[Template]:
+            templates = self.catalog.templates
+            return [templates[r.template] for r in self._machine.live.values() if r.template in templates]
+
+        await self.template_builds.delete(owner, name, in_use)
+
+    def snapshots(self, owner: str, *, sandbox_id: str = "", name: str = "") -> list[TemplateRecord]:
+        """`owner`'s snapshots, oldest first: of the sandbox `sandbox_id`, and named `name`, when given."""
+        return [
+            record
+            for record in self.template_builds.snapshots(owner)
+            if (not sandbox_id or record.snapshot_of == sandbox_id) and (not name or record.name == name)
+        ]
 
     async def update_network(
         self, owner: str, sandbox_id: str, egress: Egress, *, allow_internet_access: bool | None

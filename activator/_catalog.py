@@ -58,6 +58,12 @@ class TemplateCatalog:
         """Forget a key's template: no new sandbox starts from it (running ones keep their layers)."""
         self._built.pop(template_id, None)
 
+    def tagged(self) -> list[Template]:
+        """The builds a tag of some key's template names: every template a create may still start from, but the
+        built-in ones."""
+        keys = (build_key(r.template_id, build_id) for r in self._built.values() for build_id in r.tags.values())
+        return [self.templates[key] for key in keys if key in self.templates]
+
     def built(self, owner: str) -> list[TemplateRecord]:
         """The templates `owner` built, oldest first."""
         return sorted((r for r in self._built.values() if r.owner == owner), key=lambda r: r.created_at)

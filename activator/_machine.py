@@ -23,7 +23,7 @@ from msgspec.structs import replace
 
 from activator._catalog import TemplateCatalog
 from activator._coordination import Coordinator, SoloCoordinator
-from activator._errors import ActivatorError
+from activator._errors import ActivatorError, SandboxNotFound
 from activator._logs import LogLevel, LogLine, SandboxLogs
 from activator._records import SandboxRecord, SandboxState
 from activator._store import Store
@@ -113,6 +113,17 @@ class SandboxMachine:
                 self._leaving.discard(sandbox_id)
                 if self._coordinator.shared and self._live.get(sandbox_id) is not before:
                     await self._coordinator.publish_changed(sandbox_id)
+
+    async def holding(self, sandbox_id: str, work: Callable[[SandboxRecord], Awaitable[T]]) -> T:
+        """Run `work` on the sandbox's live record with no transition of it in between (a snapshot's copy of its
+        files); SandboxNotFound when it is killed or unknown."""
+        async with self._lock(sandbox_id), self._coordinator.sandbox_lock(sandbox_id):
+            if self._coordinator.shared:
+                await self._reload(sandbox_id)
+            record = self._live.get(sandbox_id)
+            if record is None:
+                raise SandboxNotFound("sandbox doesn't exist or you don't have access to it")
+            return await work(record)
 
     async def load(self, sandbox_id: str) -> SandboxRecord | None:
         """The sandbox's live record, read from the store when this replica has not heard of it yet (a sandbox

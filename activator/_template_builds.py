@@ -14,8 +14,8 @@ import asyncio
 import logging
 import secrets
 import uuid
-from collections.abc import Callable
-from typing import Literal, Protocol
+from collections.abc import Callable, Iterable
+from typing import Literal, Protocol, TypeGuard
 
 import msgspec
 
@@ -24,7 +24,7 @@ from activator._errors import ActivatorError, InvalidRequest, NotSupported
 from activator._logs import LOG_LEVELS, LogLevel
 from activator._template_files import TemplateFiles
 from activator._template_records import BuildLogEntry, BuildRecord, TemplateLedger, TemplateRecord
-from pool import PoolError, RegistryLogin, Template, TemplateBuilder, TemplateBuildFailed
+from pool import Layer, PoolError, RegistryLogin, SnapshotLayer, Template, TemplateBuilder, TemplateBuildFailed
 
 
 class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,14 +38,15 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 __all__ = [
-    "MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "BuildFailure", "BuildNotFound", "BuildPlan", "TemplateBuilds",
-    "WarmBuilds",
+    "MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "MAX_SNAPSHOTS_PER_KEY", "BuildFailure", "BuildNotFound", "BuildPlan",
+    "TemplateBuilds", "WarmBuilds",
 ]  # fmt: skip
 
 _log = logging.getLogger("activator")
 
 MAX_CONCURRENT_BUILDS = 2
 MAX_LOG_ENTRIES = 10_000
+MAX_SNAPSHOTS_PER_KEY = 100  # snapshot builds a key may hold: each is a copy of a sandbox's files on the host's disk
 
 
 class BuildNotFound(ActivatorError):
@@ -158,6 +159,53 @@ class TemplateBuilds:
         self._pending_tags[build.build_id] = tags or [DEFAULT_TAG]
         return record, build
 
+    async def snapshot(self, owner: str, name: str, tag: str, sandbox_id: str, template: Template) -> TemplateRecord:
+        """A filesystem snapshot of `owner`'s running sandbox (started from `template`) as a template: a new one
+        named `name` ("": by its template ID), or a new build of `owner`'s template of that name, tagged `tag`.
+        Nothing is stored unless the files were taken (the caller keeps the sandbox from changing state meanwhile).
+        """
+        ledger = self._ready()
+        assert self._builder is not None
+        if name and self._catalog.is_builtin(name):
+            raise InvalidRequest(f"'{name}' is a built-in template's name: choose another one")
+        taken = sum(1 for b in self._builds.values() if self._is_snapshot_of(owner, b.template_id))
+        if taken >= MAX_SNAPSHOTS_PER_KEY:
+            raise InvalidRequest(f"this key holds {taken} snapshots, the most it may: delete some first")
+        now = self._clock()
+        record = (self._catalog.find_built(owner, name) if name else None) or TemplateRecord(
+            template_id=(template_id := _template_id()), owner=owner, name=name or template_id, created_at=now,
+            updated_at=now,
+        )  # fmt: skip
+        build_id = str(uuid.uuid4())
+        key = build_key(record.template_id, build_id)
+        try:
+            taken_template = await self._builder.snapshot_files(sandbox_id, template, key)
+        except PoolError as exc:
+            raise ActivatorError(f"the snapshot of sandbox {sandbox_id} failed: {exc}") from exc
+        done = self._clock()
+        build = BuildRecord(
+            build_id=build_id, template_id=record.template_id, status="ready", created_at=now, finished_at=done,
+            template=taken_template, logs=(_entry(done, "info", f"snapshot of sandbox {sandbox_id} (files only)"),),
+            cpu_count=template.resources.cpu_count, memory_mb=template.resources.memory_mb,
+        )  # fmt: skip
+        record = msgspec.structs.replace(
+            record, tags={**record.tags, tag: build_id}, updated_at=done, snapshot_of=sandbox_id
+        )
+        await ledger.put_build(build)
+        await ledger.put_template(record)
+        self._builds[build_id] = build
+        self._catalog.put_built(record, [build])
+        await self._sync_pools(record)
+        return record
+
+    def snapshots(self, owner: str) -> list[TemplateRecord]:
+        """`owner`'s snapshot templates, oldest first."""
+        return [record for record in self._catalog.built(owner) if record.snapshot_of]
+
+    def _is_snapshot_of(self, owner: str, template_id: str) -> bool:
+        record = self._catalog.find_built(owner, template_id)
+        return record is not None and bool(record.snapshot_of)
+
     def template(self, owner: str, reference: str) -> TemplateRecord:
         """`owner`'s template by name or ID; BuildNotFound when it has none."""
         record = self._catalog.find_built(owner, reference)
@@ -198,12 +246,25 @@ class TemplateBuilds:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def delete(self, owner: str, reference: str) -> None:
-        """Delete `owner`'s template and its builds (layers and running sandboxes stay); BuildNotFound if none."""
+    async def delete(self, owner: str, reference: str, in_use: Callable[[], Iterable[Template]]) -> None:
+        """Delete `owner`'s template and its builds; BuildNotFound if none. Running sandboxes and layers stay, but
+        a snapshot's own files (the one copy of them) go unless a template `in_use()` or still tagged names them."""
         record = self.template(owner, reference)
+        builds = [b.template for b in self._builds.values() if b.template_id == record.template_id and b.template]
         await self._ready().delete_template(record.template_id)
         self._catalog.remove_built(record.template_id)
         await self._sync_pools(msgspec.structs.replace(record, tags={}))
+        if not record.snapshot_of:
+            return
+        assert self._builder is not None
+        kept = {layer.id for t in [*in_use(), *self._catalog.tagged()] for layer in t.layers if _is_snapshot(layer)}
+        for template in builds:
+            own = template.layers[-1]  # the layer this snapshot took; those below may be another snapshot's
+            if isinstance(own, SnapshotLayer) and own.id not in kept:
+                try:
+                    await self._builder.drop_snapshot_files(template)
+                except (OSError, PoolError) as exc:  # the template is gone all the same; its files are left
+                    _log.warning("the files of snapshot %s stay: %s", template.name, exc)
 
     async def assign_tags(self, owner: str, target: str, tags: list[str]) -> str:
         """Point `tags` at the build `target` (`name:tag`) names; the build id."""
@@ -330,6 +391,10 @@ class TemplateBuilds:
             raise NotSupported(self.refusal)
         assert self._ledger is not None
         return self._ledger
+
+
+def _is_snapshot(layer: Layer) -> TypeGuard[SnapshotLayer]:
+    return isinstance(layer, SnapshotLayer)
 
 
 def _template_id() -> str:

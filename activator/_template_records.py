@@ -48,6 +48,7 @@ class TemplateRecord(msgspec.Struct, frozen=True, kw_only=True):
     tags: dict[str, str] = {}  # tag -> build id
     created_at: float
     updated_at: float
+    snapshot_of: str = ""  # a snapshot's (E2B `create_snapshot`): the sandbox its latest build was taken of
 
 
 class TemplateLedger(Protocol):

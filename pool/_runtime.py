@@ -154,6 +154,15 @@ class TemplateBuilder(Protocol):
         `files(hash)` is the archive a `CopyLayer` names; `within` bounds the whole build in seconds; `registry`
         logs in to pull an `OciLayer`'s image. TemplateBuildFailed names the layer that failed."""
 
+    async def snapshot_files(self, sandbox_id: str, template: Template, name: str) -> Template:
+        """A template `name` whose sandboxes start over the running sandbox's files as they are now: `template`
+        (the one it runs) with a `SnapshotLayer` of its writable layer on top. The sandbox is frozen only while
+        its files are copied, and runs on as it was. SandboxGone when it does not run."""
+
+    async def drop_snapshot_files(self, template: Template) -> None:
+        """Delete the files of the `SnapshotLayer` on top of `template` (the one its snapshot took; those below are
+        other snapshots'): no sandbox or template may start over them again."""
+
 
 class Runtime(Protocol):
     """Starts, freezes and stops sandboxes and opens connections into them.

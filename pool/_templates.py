@@ -25,6 +25,7 @@ __all__ = [
     "PipLayer",
     "Resources",
     "RunLayer",
+    "SnapshotLayer",
     "Template",
     "TemplateError",
     "UserName",
@@ -133,7 +134,16 @@ class OciLayer(_LayerConfig, kw_only=True, tag="oci"):
     digest: Annotated[str, msgspec.Meta(pattern=r"^(sha256:[0-9a-f]{64})?$")] = ""
 
 
-Layer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer | OciLayer
+class SnapshotLayer(_LayerConfig, kw_only=True, tag="snapshot"):
+    """A sandbox's writable layer as it was at a moment (E2B's filesystem snapshot), stored by the runtime that
+    took it (`TemplateBuilder.snapshot_files`); `id` makes it a layer of its own. Nothing can build it again:
+    once its directory is gone, the templates naming it cannot start."""
+
+    id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
+
+
+_DefinedLayer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer | OciLayer  # what a file names
+Layer = _DefinedLayer | SnapshotLayer
 # The kinds built inside a build sandbox; the others are the operator's own and run as root in a host chroot.
 SANDBOXED_LAYERS = (RunLayer, NpmLayer, CopyLayer)
 
@@ -156,7 +166,7 @@ class _TemplateFile(_Config, kw_only=True):
     name: TemplateName
     description: str = ""
     parent: TemplateName | None = None
-    layers: list[Layer] = []
+    layers: list[_DefinedLayer] = []
     env: dict[str, str] | None = None
     start: list[str] | None = None
     ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None

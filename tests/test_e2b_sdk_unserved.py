@@ -1,7 +1,7 @@
 """The real `e2b` SDK on what this server does not serve yet, and on template references with a namespace or a tag.
 
 An unserved route must not answer a bare 404: the SDK would report a running sandbox as not found, or
-`delete_snapshot` as a snapshot that does not exist. It answers 501 in E2B's shape, naming the feature.
+a delete as of something that does not exist. It answers 501 in E2B's shape, naming the feature.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_unserved_features_of_a_running_sandbox_are_refused_by_name(e2b_env: Run
     [
         ("POST", "/v2/templates"),
         ("PATCH", "/templates/tpl"),
-        ("GET", "/snapshots"),
+        ("POST", "/sandboxes/abc/fork"),
         ("POST", "/volumes"),
         ("GET", "/volumes/v1"),
         ("GET", "/secrets"),
@@ -65,7 +65,7 @@ def test_every_unserved_route_answers_501_in_e2b_shape(server: RunningServer, me
 
 
 def test_unserved_routes_still_need_an_api_key(server: RunningServer) -> None:
-    assert httpx.get(server.url + "/snapshots").status_code == 401
+    assert httpx.get(server.url + "/secrets").status_code == 401
 
 
 def test_a_create_with_volume_mounts_is_refused_not_started_without_them(e2b_env: RunningServer) -> None:

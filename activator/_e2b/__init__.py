@@ -14,6 +14,7 @@ from activator._e2b._lifecycle_routes import LIFECYCLE_ROUTES
 from activator._e2b._network_routes import NETWORK_ROUTES
 from activator._e2b._openapi import API_KEY_REQUIRED, OPENAPI_PATH, e2b_openapi_config
 from activator._e2b._request import E2bRequest
+from activator._e2b._snapshot_routes import SNAPSHOT_ROUTES
 from activator._e2b._state import ACTIVATOR, API_KEYS, activator_from, owner_from
 from activator._e2b._template_routes import PUBLIC_TEMPLATE_ROUTES, TEMPLATE_ROUTES
 from activator._e2b._unsupported_routes import UNSUPPORTED_ROUTES
@@ -33,9 +34,10 @@ def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
     `app.state.activator` and the auth middleware the `ApiKeys` at `app.state.api_keys` (keys `ACTIVATOR`,
     `API_KEYS`); the app's lifespan must set both before serving.
     """
+    served = [*LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *TEMPLATE_ROUTES, *SNAPSHOT_ROUTES]
     keyed = Router(
         path="/",
-        route_handlers=[*LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *TEMPLATE_ROUTES, *UNSUPPORTED_ROUTES],
+        route_handlers=[*served, *UNSUPPORTED_ROUTES],
         dependencies={"owner": Provide(owner_from, sync_to_thread=False)},
         middleware=[DefineMiddleware(ApiKeyAuth)],
         security=API_KEY_REQUIRED,

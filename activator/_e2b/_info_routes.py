@@ -18,7 +18,7 @@ from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
 from activator._logs import LOG_LEVELS, LogLevel, LogLine
 from activator._records import SandboxState
 
-__all__ = ["INFO_ROUTES", "PUBLIC_INFO_ROUTES"]
+__all__ = ["INFO_ROUTES", "NEXT_TOKEN", "PUBLIC_INFO_ROUTES"]
 
 _Limit = Annotated[int, QueryParameter(ge=1, le=100)]
 _LogLimit = Annotated[int, QueryParameter(ge=0, le=1000)]
@@ -37,10 +37,10 @@ async def get_sandbox(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner:
     return _convert.sandbox_detail(await activator.lookup(owner, sandbox_id))
 
 
-_NEXT_TOKEN = ResponseHeader(name="X-Next-Token", documentation_only=True, description="the next page's token")
+NEXT_TOKEN = ResponseHeader(name="X-Next-Token", documentation_only=True, description="the next page's token")
 
 
-@get("/v2/sandboxes", responses=keyed_errors(400), response_headers=[_NEXT_TOKEN])
+@get("/v2/sandboxes", responses=keyed_errors(400), response_headers=[NEXT_TOKEN])
 async def list_v2(
     activator: ActivatorDep,
     owner: OwnerDep,

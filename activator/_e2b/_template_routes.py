@@ -163,7 +163,7 @@ async def delete_template(template_id: FromPath[str], activator: ActivatorDep, o
     name = split_reference(template_id)[0]
     if activator.catalog.is_builtin(name) and activator.catalog.find_built(owner, name) is None:
         raise _Forbidden(f"template '{name}' is built in (the operator's); it cannot be deleted")
-    await activator.template_builds.delete(owner, name)
+    await activator.delete_template(owner, name)
 
 
 class _Forbidden(ActivatorError):

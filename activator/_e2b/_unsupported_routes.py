@@ -1,7 +1,7 @@
 """E2B routes this server does not serve yet, each refused in E2B's shape (501) instead of a bare 404.
 
-The SDK reads a 404 on several of them as something else: "Sandbox <id> not found" for `create_snapshot`
-and `fork` on a running sandbox, `False` for `delete_snapshot`. A 501 that names the feature
+The SDK reads a 404 on several of them as something else: "Sandbox <id> not found" for `fork` on a running
+sandbox, `False` for a delete. A 501 that names the feature
 is an honest answer the SDK raises as it is. The table lists E2B's paths as the SDKs call them (2.63,
 e2b-features.md); a route that gets served moves out of it into the module that serves it.
 """
@@ -25,9 +25,7 @@ _S = "/sandboxes/{sandbox_id:str}"
 _UNSUPPORTED: tuple[tuple[Method, tuple[str, ...], str], ...] = (
     ("POST", ("/v2/templates", "/templates", _T), "building templates from a Dockerfile (CLI 1.x; use the SDK)"),
     ("PATCH", (_T, f"/v2{_T}"), "changing templates"),
-    ("POST", (f"{_S}/snapshots",), "snapshots"),
-    ("GET", ("/snapshots",), "snapshots"),
-    ("POST", (f"{_S}/fork",), "fork"),
+    ("POST", (f"{_S}/fork",), "fork (it needs a memory snapshot restored into other sandboxes)"),
     ("POST", ("/volumes",), "volumes"),
     ("GET", ("/volumes", "/volumes/{volume_id:str}"), "volumes"),
     ("DELETE", ("/volumes/{volume_id:str}",), "volumes"),

@@ -339,3 +339,21 @@ class AssignedTags(_Wire, kw_only=True):
 class RemoveTags(_Wire, kw_only=True):
     name: _TemplateName
     tags: Annotated[list[str], msgspec.Meta(min_length=1)]
+
+
+# Snapshots (e2b-features.md §3)
+
+
+class SnapshotRequest(_Wire, kw_only=True):
+    """`POST /sandboxes/{id}/snapshots` (`SandboxSnapshotRequest`): `name[:tag]` of the snapshot's template (none:
+    named by its ID); `memory: false` is the SDK's `mode="filesystem"`."""
+
+    name: _TemplateName | None = None
+    memory: bool = True
+
+
+class SnapshotInfo(_Wire, kw_only=True):
+    """E2B's `SnapshotInfo`: `snapshotID` is what `Sandbox.create` takes (`name:tag`); `names` its full names."""
+
+    snapshot_id: str = msgspec.field(name="snapshotID")
+    names: list[str]

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -279,6 +280,26 @@ class LocalSandboxes:
         self._files.take_back(upper, box.layers())
         (upper / EXECUTOR_LOG.lstrip("/")).unlink(missing_ok=True)
         return upper.resolve(), host_id_base(box.slot)  # on the sandbox's own filesystem, where it has one
+
+    def copy_writable_layer(self, sandbox_id: str, into: Path) -> int:
+        """Copy the running sandbox's writable layer to `into` (blocking), the sandbox frozen meanwhile so that
+        the copy is of one moment, then clear the copy of what this machine put in it (`take_writable_layer`);
+        the host id the sandbox's root has. SandboxGone when it does not run."""
+        box = self._running(sandbox_id)
+        was_frozen = box.cgroup.is_frozen()
+        box.cgroup.freeze()
+        try:
+            upper = (box.directory / "upper").resolve()  # on the sandbox's own filesystem, where it has one
+            subprocess.run(["cp", "-a", "--", str(upper), str(into)], check=True, capture_output=True)
+        except subprocess.CalledProcessError as exc:
+            why = exc.stderr.decode(errors="replace").strip()
+            raise RuntimeFailure(f"the files of sandbox {sandbox_id} could not be copied: {why}") from exc
+        finally:
+            if not was_frozen:
+                box.cgroup.thaw()
+        self._files.take_back(into, box.layers())
+        (into / EXECUTOR_LOG.lstrip("/")).unlink(missing_ok=True)
+        return host_id_base(box.slot)
 
     def _running(self, sandbox_id: str) -> Sandbox:
         box = self._sandboxes.get(sandbox_id)

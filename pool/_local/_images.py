@@ -38,7 +38,16 @@ from pool._local._layer_steps import (
 from pool._local._oci_root import ImageUnfit, inspect_root
 from pool._local._userns import IDS_PER_SANDBOX
 from pool._runtime import RegistryLogin
-from pool._templates import SANDBOXED_LAYERS, AptLayer, DebootstrapLayer, Layer, OciLayer, PipLayer, Template
+from pool._templates import (
+    SANDBOXED_LAYERS,
+    AptLayer,
+    DebootstrapLayer,
+    Layer,
+    OciLayer,
+    PipLayer,
+    SnapshotLayer,
+    Template,
+)
 
 __all__ = ["ImageStore", "shift_ids"]
 
@@ -130,10 +139,30 @@ class ImageStore:
                 if not target.is_dir():
                     if isinstance(layer, SANDBOXED_LAYERS):
                         raise ImageBuildError(f"layer {key} of template {template.name!r} is built in a sandbox")
+                    if isinstance(layer, SnapshotLayer):
+                        raise ImageBuildError(f"the snapshot files of template {template.name!r} are gone ({key})")
                     log(f"building layer {key} for template {template.name!r}: {_describe(layer)}")
                     self._build_one(layer, target, built, base=base, registry=registry, log=log)
                 built.append(target)
         return built[::-1]
+
+    def remove(self, keys: list[str]) -> None:
+        """Delete these layers (blocking): moved aside in one rename each, then removed, so no sandbox start sees
+        half of one."""
+        for key in keys:
+            with self._locked():
+                target = self._layers / key
+                if not target.is_dir():
+                    continue
+                doomed = self.scratch()
+                target.rename(doomed / key)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def scratch(self) -> Path:
+        """A new empty directory on the cache's own filesystem, from which a layer is committed by a rename; its
+        caller removes it."""
+        self._layers.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".scratch-", dir=self._layers))
 
     def commit(self, key: str, upper: Path, id_base: int) -> Path:
         """Make a build sandbox's writable layer (owned by the ids from `id_base` on) the layer `key`.

@@ -69,6 +69,14 @@ class LocalRuntime(LocalSandboxes):
         """`pool.TemplateBuilder`: layers built here, the sandboxed ones in build sandboxes (`_template_builder`)."""
         return await self._builder.build_template(template, log, files=files, within=within, registry=registry)
 
+    async def snapshot_files(self, sandbox_id: str, template: Template, name: str) -> Template:
+        """`pool.TemplateBuilder`: a template over the running sandbox's files as they are now (`_template_builder`)."""
+        return await self._builder.snapshot_files(sandbox_id, template, name)
+
+    async def drop_snapshot_files(self, template: Template) -> None:
+        """`pool.TemplateBuilder`: the template's snapshot layers leave the image cache (`_template_builder`)."""
+        await self._builder.drop_snapshot_files(template)
+
     async def criu_trial(self) -> None:
         """Return once the CRIU trial (a thread started with the runtime) has finished."""
         await self._criu.status()

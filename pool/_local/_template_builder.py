@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import shlex
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from pool._local import _oci
 from pool._local._core import LocalSandboxes
 from pool._local._layer_steps import EXECUTOR_HOME
 from pool._runtime import BuildLog, ExecutorInit, RegistryLogin, SandboxSpec
-from pool._templates import SANDBOXED_LAYERS, CopyLayer, Layer, NpmLayer, OciLayer, RunLayer, Template
+from pool._templates import SANDBOXED_LAYERS, CopyLayer, Layer, NpmLayer, OciLayer, RunLayer, SnapshotLayer, Template
 
 __all__ = ["LocalTemplateBuilder"]
 
@@ -113,6 +114,29 @@ class LocalTemplateBuilder:
             template, layers=tuple(seeded(layer) for layer in template.layers), env={**pinned.env, **template.env},
             workdir=template.workdir or workdir,
         )  # fmt: skip
+
+    async def snapshot_files(self, sandbox_id: str, template: Template, name: str) -> Template:
+        """`pool.TemplateBuilder`: the sandbox's writable layer copied (frozen meanwhile) and committed as the
+        `SnapshotLayer` on top of `template`'s layers, in the image cache like any layer."""
+        sandboxes, pool = self._sandboxes, self._sandboxes.workers.snapshots
+        layer = SnapshotLayer(id=uuid.uuid4().hex)
+        snapshot = msgspec.structs.replace(template, name=name, layers=(*template.layers, layer))
+        key, _ = sandboxes.images.plan(snapshot)[-2]  # the executor layer is the last
+        scratch = sandboxes.images.scratch()
+        try:
+            upper = scratch / "upper"
+            id_base = await sandboxes.workers.run(pool, sandboxes.copy_writable_layer, sandbox_id, upper)
+            await sandboxes.workers.run(pool, sandboxes.images.commit, key, upper, id_base)
+        finally:
+            await sandboxes.workers.run(pool, shutil.rmtree, scratch, True)
+        return snapshot
+
+    async def drop_snapshot_files(self, template: Template) -> None:
+        """`pool.TemplateBuilder`: the directory of the template's own snapshot layer goes from the image cache."""
+        images = self._sandboxes.images
+        key, layer = images.plan(template)[-2]  # the executor layer is the last
+        if isinstance(layer, SnapshotLayer):
+            await self._sandboxes.workers.run(self._sandboxes.workers.snapshots, images.remove, [key])
 
     async def _host_layers(
         self, template: Template, count: int, log: BuildLog, registry: RegistryLogin | None = None

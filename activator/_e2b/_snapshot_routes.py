@@ -1,0 +1,73 @@
+"""E2B's snapshots (e2b-features.md §3): `create_snapshot`, `list_snapshots`; `delete_snapshot` is a template
+delete (`_template_routes`), and `Sandbox.create(<snapshot id>)` a create from the template it is.
+
+Only filesystem snapshots (`mode="filesystem"`, `memory: false`): the default, with memory, is a 501 naming the
+mode that works (`Activator.create_snapshot`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Response, get, post
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import JSONBody, QueryParameter
+
+from activator._catalog import DEFAULT_TAG, split_reference
+from activator._e2b import _convert, _wire
+from activator._e2b._info_routes import NEXT_TOKEN
+from activator._e2b._openapi import keyed_errors
+from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
+from activator._errors import InvalidRequest
+from activator._template_records import TemplateRecord
+
+__all__ = ["SNAPSHOT_ROUTES"]
+
+
+@post("/sandboxes/{sandbox_id:str}/snapshots", status_code=201, responses=keyed_errors(400, 404, 409, 413, 501))
+async def create_snapshot(
+    sandbox_id: SandboxIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    data: JSONBody[_wire.SnapshotRequest | None] = None,
+) -> _wire.SnapshotInfo:
+    """Snapshot the sandbox's files as a template (`name[:tag]`, or one named by its ID); it runs on. 501 for a
+    snapshot with memory, 409 while it is paused."""
+    options = data or _wire.SnapshotRequest()
+    name, tag = split_reference(options.name or "")
+    if options.name is not None:
+        _convert.check_template_name(name)
+    record = await activator.create_snapshot(owner, sandbox_id, name, tag or DEFAULT_TAG, memory=options.memory)
+    return _snapshot_info(record, tag or DEFAULT_TAG)
+
+
+@get("/snapshots", responses=keyed_errors(400), response_headers=[NEXT_TOKEN])
+async def list_snapshots(
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    sandbox_id: Annotated[str | None, QueryParameter(name="sandboxID", max_length=64)] = None,
+    name: Annotated[str | None, QueryParameter(max_length=200)] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=100)] = 100,
+    next_token: Annotated[str | None, QueryParameter(name="nextToken", max_length=64)] = None,
+) -> Response[list[_wire.SnapshotInfo]]:
+    """The key's snapshots, oldest first (of one sandbox, or of one name); `X-Next-Token` when more follow."""
+    found = activator.snapshots(owner, sandbox_id=sandbox_id or "", name=split_reference(name or "")[0])
+    start = 0
+    if next_token:
+        ids = [record.template_id for record in found]
+        if next_token not in ids:
+            raise InvalidRequest(f"nextToken {next_token!r} names no snapshot of this listing")
+        start = ids.index(next_token) + 1
+    page = found[start : start + limit]
+    more = start + limit < len(found)
+    headers = {"X-Next-Token": page[-1].template_id} if more and page else {}
+    return Response([_snapshot_info(record, DEFAULT_TAG) for record in page], headers=headers)
+
+
+def _snapshot_info(record: TemplateRecord, tag: str) -> _wire.SnapshotInfo:
+    """E2B's answer: the reference `Sandbox.create` takes, and the template's names (tags, not only `tag`)."""
+    tags = sorted(record.tags, key=lambda t: (t != tag, t))
+    return _wire.SnapshotInfo(snapshot_id=f"{record.name}:{tag}", names=[f"{record.name}:{t}" for t in tags])
+
+
+SNAPSHOT_ROUTES: list[HTTPRouteHandler] = [create_snapshot, list_snapshots]

@@ -1,0 +1,94 @@
+"""E2B's snapshots with the real `e2b` SDK: `create_snapshot(mode="filesystem")` makes a template of a running
+sandbox's files (it runs on, its processes untouched), `Sandbox.create(<snapshot id>)` starts afresh over them,
+`list_snapshots` and `delete_snapshot` see only the key's own, and a snapshot with memory (the SDK's default
+mode) is refused with a message that names the mode that works."""
+
+from __future__ import annotations
+
+import pytest
+from e2b import Sandbox, SandboxException
+
+from tests.runtime_fixtures import IMAGE_CACHE
+from tests.server_fixtures import RunningServer
+from tests.ui_fixtures import new_key, sdk_options
+
+NOTE = "/home/user/note.txt"
+
+
+def _snapshot_layers() -> set[str]:
+    """The snapshot layers in the image cache the test servers share."""
+    return {path.name for path in (IMAGE_CACHE / "layers").glob("snapshot-*")}
+
+
+def test_a_filesystem_snapshot_is_a_template_of_the_files_and_the_source_runs_on(sbx: Sandbox) -> None:
+    sbx.files.write(NOTE, "before the snapshot")
+    sbx.commands.run("rm /etc/debian_version", user="root")  # a file of the template's layers, gone in the copy too
+    sleeper = sbx.commands.run("sleep 600", background=True)
+
+    snapshot = sbx.create_snapshot("probe-snap", mode="filesystem")
+
+    assert (snapshot.snapshot_id, snapshot.names) == ("probe-snap:default", ["probe-snap:default"])
+    assert sleeper.pid in [process.pid for process in sbx.commands.list()]  # the source kept its processes
+    sbx.files.write(NOTE, "after the snapshot")  # and runs on: this is not in the snapshot
+    copy = Sandbox.create(snapshot.snapshot_id)
+    try:
+        assert copy.files.read(NOTE) == "before the snapshot"
+        assert copy.commands.run(f"stat -c %U {NOTE}").stdout == "user\n"
+        assert not copy.files.exists("/etc/debian_version")
+        assert "sleep 600" not in copy.commands.run("ps -eo args").stdout  # started afresh over the files
+    finally:
+        copy.kill()
+
+
+def test_snapshots_are_listed_per_sandbox_and_deleted_like_templates(sbx: Sandbox, e2b_env: RunningServer) -> None:
+    named = sbx.create_snapshot("listed-snap", mode="filesystem")
+    unnamed = sbx.create_snapshot(mode="filesystem")  # named by its template ID
+    other = Sandbox.create()
+    try:
+        listed = [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()]
+        assert listed == [named.snapshot_id, unnamed.snapshot_id]
+        assert Sandbox.list_snapshots(sandbox_id=other.sandbox_id).next_items() == []
+        assert {named.snapshot_id, unnamed.snapshot_id} <= {s.snapshot_id for s in Sandbox.list_snapshots().next_items()}
+        stranger = sdk_options(e2b_env, new_key(e2b_env, "snapshot-stranger"))
+        assert Sandbox.list_snapshots(**stranger).next_items() == []
+        with pytest.raises(SandboxException, match="404: template 'listed-snap:default' not found"):
+            Sandbox.create(named.snapshot_id, **stranger)
+        assert Sandbox.create(unnamed.snapshot_id).kill()
+    finally:
+        other.kill()
+    assert Sandbox.delete_snapshot(named.snapshot_id)
+    assert Sandbox.delete_snapshot(unnamed.snapshot_id)
+    assert not Sandbox.delete_snapshot(named.snapshot_id)  # gone already
+    with pytest.raises(SandboxException, match="404: template 'listed-snap:default' not found"):
+        Sandbox.create(named.snapshot_id)
+    assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
+
+
+def test_a_snapshot_with_memory_is_refused_naming_the_mode_that_works(sbx: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="mode='filesystem'"):
+        sbx.create_snapshot("with-memory")
+    assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
+
+
+def test_a_paused_sandbox_must_be_connected_before_its_snapshot(sbx: Sandbox) -> None:
+    assert sbx.pause()
+    with pytest.raises(SandboxException, match="connect to it"):
+        Sandbox.create_snapshot(sbx.sandbox_id, "paused-snap", mode="filesystem")
+    Sandbox.connect(sbx.sandbox_id)
+    assert Sandbox.create_snapshot(sbx.sandbox_id, "paused-snap", mode="filesystem").snapshot_id == "paused-snap:default"
+    assert Sandbox.delete_snapshot("paused-snap:default")
+
+
+def test_a_deleted_snapshots_files_go_once_no_sandbox_started_from_it_lives(sbx: Sandbox) -> None:
+    before = _snapshot_layers()
+    snapshot = sbx.create_snapshot("freed-snap", mode="filesystem")
+    [layer] = _snapshot_layers() - before
+    child = Sandbox.create(snapshot.snapshot_id)
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id)
+    assert layer in _snapshot_layers()  # the child's files sit over it
+    assert child.commands.run("echo alive").stdout == "alive\n"
+    child.kill()
+    again = sbx.create_snapshot("freed-snap", mode="filesystem")
+    [second] = _snapshot_layers() - before - {layer}
+    assert Sandbox.delete_snapshot(again.snapshot_id)
+    assert second not in _snapshot_layers()
