@@ -170,10 +170,14 @@ class App:
             # 0711: the agent (the default user) opens its catalog file by name; sessions/ and acp/ stay 0700.
             os.makedirs(self._settings.agent_state_dir, mode=0o711, exist_ok=True)
             os.chmod(self._settings.agent_state_dir, 0o711)
-            settings = self._settings
-            processes = self.load().processes
+            settings, loaded = self._settings, self.load()
             self._agents = AgentApp(
-                self._defaults, processes, settings.process_path, settings.agent_state_dir, settings.agents_dir
+                self._defaults,
+                loaded.processes,
+                loaded.as_user,
+                settings.process_path,
+                settings.agent_state_dir,
+                settings.agents_dir,
             )
         await self._agents.handle(request, response)
 

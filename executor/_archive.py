@@ -11,6 +11,11 @@ GET packs into an unnamed temporary file before answering, so the response has a
 and an over-large archive can still get its 413. Packing and unpacking run in a worker thread, so
 /health, freeze and thaw keep answering meanwhile, one at a time (a thread lock, so a client that
 disconnects cannot let a second one start while its thread still runs). Errors are E2B's JSON.
+
+Unlike `/files`, it names no user and runs with root's rights, on purpose: only the runtime calls it
+(the kubernetes runtime's files-only snapshot and its restore, `pool._kube._runtime`), and what it
+carries is the whole directory as it is, every owner, mode and xattr kept, which no one user could
+read or put back. It takes the envd access token, whose holder may run any command as root anyway.
 """
 
 from __future__ import annotations

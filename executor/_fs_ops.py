@@ -1,9 +1,13 @@
-"""The file operations of `/files` and `filesystem.Filesystem`, each a function of plain arguments.
+"""The file operations of `/files`, `filesystem.Filesystem` (watches too) and the agent API's `/v1/fs`
+(`agent_*`), each a function of plain arguments.
 
 Each runs with the rights of whoever calls it: in the executor for root, in a helper process running
 as the named user for anyone else (`_as_user`), so that the kernel makes every check (permissions,
 path traversal, symbolic links, /proc) as for a shell of that user. `OPS` are the ones a helper runs;
 their arguments and results cross its socket as msgpack, and a `Descriptor`'s file descriptor with them.
+A watch is the one place where the executor acts on a helper's word rather than on what it handed over:
+it watches the directories `check_directory` and `listable_directories` name (each only while its path
+still names the directory found), so a helper its user had taken over could widen that user's watch.
 
 An upload that fails (`abandon_upload`) leaves nothing behind, and an old file survives it. A new file
 is written where it belongs (a watcher sees it made and written, as with envd) and removed if the
@@ -27,7 +31,7 @@ from collections.abc import Callable
 import msgspec
 
 from executor._entries import FILE_TYPE_DIRECTORY, entry_from_stat, entry_info
-from executor._errors import AlreadyExists, InvalidArgument, NotFound, os_errors
+from executor._errors import AlreadyExists, ExecutorError, InvalidArgument, NotFound, os_errors
 from executor._metadata import read_metadata, replace_metadata
 from executor._paths import ensure_dirs
 from executor.envd import EntryInfo
@@ -35,11 +39,21 @@ from executor.envd import EntryInfo
 __all__ = (
     "OPS",
     "Descriptor",
+    "Directory",
+    "Status",
     "Upload",
     "abandon_upload",
+    "agent_entries",
+    "agent_move",
+    "agent_open_to_read",
+    "agent_open_to_write",
+    "agent_remove",
+    "agent_stat",
     "check_directory",
+    "entries",
     "finish_upload",
     "list_dir",
+    "listable_directories",
     "make_dir",
     "move",
     "open_for_download",
@@ -53,6 +67,14 @@ class Descriptor(msgspec.Struct):
     """An open file for the caller, who closes `fd`; a helper sends the descriptor itself along."""
 
     fd: int
+
+
+class Directory(msgspec.Struct, array_like=True, frozen=True):
+    """A directory as its caller's check found it: a watch is put on `path` only while it is still that one."""
+
+    path: str
+    device: int
+    inode: int
 
 
 class Upload(Descriptor):
@@ -119,12 +141,65 @@ def remove(path: str) -> None:
             os.remove(path)
 
 
-def check_directory(path: str) -> None:
-    """That `path` is a directory its caller may read (what watching it takes)."""
+def check_directory(path: str, recursive: bool) -> list[Directory]:
+    """`path`, a directory its caller may read (what watching it takes), and with `recursive` every directory
+    under it that its caller may list (`listable_directories`): what a watch of it as that user would cover."""
     with os_errors(f"error watching '{path}'"):
         if not stat_module.S_ISDIR(os.stat(path).st_mode):
             raise InvalidArgument(f"path {path} is not a directory")
-        os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            top = _directory(path, fd)
+            children = _subdirectories(path, fd) if recursive else []
+        finally:
+            os.close(fd)
+    return [top, *listable_directories(children)]
+
+
+def listable_directories(paths: list[str]) -> list[Directory]:
+    """Those of `paths` that are directories its caller may list, and every one under them it may list too.
+
+    As the caller's own recursive watch would find them: each opened for reading by its path (so every
+    directory on the way must let the caller in), links not followed; what cannot be is left out, with
+    all that is under it.
+    """
+    found: list[Directory] = []
+    pending = list(reversed(paths))
+    while pending:
+        path = pending.pop()
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # gone, a link, not a directory, or not the caller's to list
+            continue
+        try:
+            found.append(_directory(path, fd))
+            pending.extend(reversed(_subdirectories(path, fd)))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return found
+
+
+def _directory(path: str, fd: int) -> Directory:
+    info = os.fstat(fd)
+    return Directory(path, info.st_dev, info.st_ino)
+
+
+def _subdirectories(path: str, fd: int) -> list[str]:
+    with os.scandir(fd) as iterator:
+        return sorted(os.path.join(path, child.name) for child in iterator if child.is_dir(follow_symlinks=False))
+
+
+def entries(paths: list[str]) -> list[EntryInfo | None]:
+    """The entry of each of `paths` as its caller may see it (None where it may not, or nothing is there)."""
+    found: list[EntryInfo | None] = []
+    for path in paths:
+        try:
+            found.append(entry_info(path))
+        except ExecutorError:
+            found.append(None)
+    return found
 
 
 def open_for_download(path: str) -> Descriptor:
@@ -238,6 +313,126 @@ def abandon_upload(partial: str | None, created: list[str]) -> None:
             os.rmdir(directory)
 
 
+class Status(msgspec.Struct, array_like=True, frozen=True):
+    """An entry as `/v1/fs` tells of it (through a link, if that leads anywhere)."""
+
+    path: str
+    directory: bool
+    size: int
+    modified: float
+
+
+def agent_entries(path: str) -> list[Status]:
+    """`GET /v1/fs/entries`: the entries of a directory, in name order."""
+    if _kind(path) != stat_module.S_IFDIR:
+        raise InvalidArgument(f"path not found or not a directory: {path}")
+    with os_errors(f"error listing '{path}'"), os.scandir(path) as iterator:
+        return [_status(child.path) for child in sorted(iterator, key=lambda entry: entry.name)]
+
+
+def agent_stat(path: str) -> Status:
+    """`GET /v1/fs/stat`."""
+    if _kind(path, follow=False) is None:
+        raise InvalidArgument(f"path not found: {path}")
+    with os_errors(f"error reading the status of '{path}'"):
+        return _status(path)
+
+
+def _status(path: str) -> Status:
+    info = os.stat(path) if os.path.exists(path) else os.lstat(path)
+    return Status(path, stat_module.S_ISDIR(info.st_mode), info.st_size, info.st_mtime)
+
+
+def agent_open_to_read(path: str) -> Descriptor:
+    """`GET /v1/fs/file`: the file, open for its caller to read."""
+    if _kind(path) != stat_module.S_IFREG:
+        raise InvalidArgument(f"path not found: {path}")
+    with os_errors(f"error reading '{path}'"):  # O_NONBLOCK: a FIFO put there meanwhile must not hang the caller
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InvalidArgument(f"path not found: {path}")
+    return Descriptor(fd)
+
+
+def agent_open_to_write(path: str, uid: int, gid: int, mode: int | None) -> Descriptor:
+    """`PUT /v1/fs/file` and each file of `upload-batch`: the file cut to nothing, open for its caller to write.
+
+    Its missing parents are made first; a new file is owned by uid:gid, an old one keeps its owner (as after a
+    shell's `>`); `mode` is set when given (a tar member's) and the caller may.
+    """
+    ensure_dirs(os.path.dirname(path), uid, gid)
+    if _kind(path) == stat_module.S_IFDIR:
+        raise InvalidArgument(f"path is a directory: {path}")
+    with os_errors(f"error writing '{path}'"):
+        try:
+            fd, new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), True
+        except FileExistsError:  # O_NONBLOCK: a FIFO nobody reads is ENXIO, not a hang
+            fd, new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644), False
+        try:
+            os.set_blocking(fd, True)
+            if new:
+                os.fchown(fd, uid, gid)
+            if mode is not None:
+                _change_mode(fd, mode, new)
+        except BaseException:
+            os.close(fd)
+            raise
+    return Descriptor(fd)
+
+
+def _change_mode(fd: int, mode: int, new: bool) -> None:
+    try:
+        os.fchmod(fd, mode)
+    except PermissionError:
+        if new:
+            raise  # an old file of another's keeps its mode, as when its caller's own `tar x` writes it
+
+
+def agent_remove(path: str, recursive: bool) -> None:
+    """`DELETE /v1/fs/entry`: a file, a link (not what it points to), or a directory (with `recursive` a full one)."""
+    kind = _kind(path, follow=False)
+    if kind is None:
+        raise InvalidArgument(f"path not found: {path}")
+    with os_errors(f"error removing '{path}'"):
+        if kind == stat_module.S_IFDIR and not recursive and os.listdir(path):
+            raise InvalidArgument(f"directory is not empty (use recursive=true): {path}")
+        if kind == stat_module.S_IFDIR:
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def agent_move(source: str, target: str, overwrite: bool, uid: int, gid: int) -> None:
+    """`POST /v1/fs/move`: the target's missing parents are made (owned by uid:gid); an existing target is
+    replaced only with `overwrite`."""
+    kind = _kind(source, follow=False)
+    if kind is None:
+        raise InvalidArgument(f"path not found: {source}")
+    if _kind(target, follow=False) is not None and not overwrite:
+        raise AlreadyExists(f"destination exists (use overwrite=true): {target}")
+    if kind == stat_module.S_IFDIR and _within(target, source):
+        raise InvalidArgument(f"cannot move '{source}' into itself: {target}")
+    ensure_dirs(os.path.dirname(target), uid, gid)
+    with os_errors(f"error moving '{source}' to '{target}'"):
+        os.replace(source, target)
+
+
+def _kind(path: str, follow: bool = True) -> int | None:
+    """The file type of `path` (`S_IFMT`, through a link when `follow`); None if nothing is there."""
+    with os_errors(f"error reading the status of '{path}'"):  # EACCES is PermissionDenied, not "not found"
+        try:
+            return stat_module.S_IFMT(os.stat(path, follow_symlinks=follow).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
+def _within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or would be inside it (its existing parents resolved)."""
+    real, parent = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([real, parent]) == parent
+
+
 OPS: dict[str, Callable[..., object]] = {
     op.__name__: op
     for op in (
@@ -247,9 +442,18 @@ OPS: dict[str, Callable[..., object]] = {
         list_dir,
         remove,
         check_directory,
+        listable_directories,
+        entries,
         open_for_download,
         open_for_upload,
         finish_upload,
         abandon_upload,
+        ensure_dirs,  # `POST /v1/fs/mkdir`
+        agent_entries,
+        agent_stat,
+        agent_open_to_read,
+        agent_open_to_write,
+        agent_remove,
+        agent_move,
     )
 }

@@ -4,6 +4,13 @@ WatchDir sends `{"start":{}}` once the watch is in place, then one `filesystem` 
 (keepalives in between when asked). CreateWatcher starts a watch that collects events until
 GetWatcherEvents takes them; RemoveWatcher stops it. Either way, at most `MAX_PENDING` events
 wait for a reader: past that the watch fails (`resource_exhausted`) rather than grow without bound.
+
+A watch covers what the user's own inotify watch would, though the executor holds it: the directory,
+which the user must be able to read, and with `recursive` every directory under it that the user may
+list, found with its rights (`_fs_ops.check_directory`); a new subdirectory is watched at once, but its
+events reach the client only once the user's own look (`listable_directories`, one call for all those of
+one read) found it may list it (`_inotify`). Each event's entry (`include_entry`) is read with the user's
+rights too (`_fs_ops.entries`, one call per batch of events), so it is None where the user may not see it.
 """
 
 from __future__ import annotations
@@ -14,15 +21,13 @@ import os
 from executor._as_user import AsUser
 from executor._connect import Call, Rpc, ServerStream, Stream, Unary
 from executor._defaults import Defaults
-from executor._entries import entry_info
-from executor._errors import ExecutorError, NotFound, PayloadTooLarge
-from executor._fs_ops import check_directory
+from executor._errors import ExecutorError, Internal, NotFound, PayloadTooLarge
+from executor._fs_ops import Directory, check_directory, entries, listable_directories
 from executor._inotify import FsEvent, Watcher
 from executor._paths import resolve
-from executor._users import from_authorization
+from executor._users import User, from_authorization
 from executor.envd import (
     Empty,
-    EntryInfo,
     FilesystemEvent,
     GetWatcherEventsResponse,
     WatchDirResponse,
@@ -40,12 +45,17 @@ KEEPALIVE = WatchDirResponse(keepalive=Empty())
 class _Collected:
     """Events of one watch waiting for their reader, or the error that ended the watch."""
 
-    def __init__(self, request: WatchRequest, path: str) -> None:
+    def __init__(self, request: WatchRequest, directories: list[Directory], as_user: AsUser, user: User) -> None:
+        self._as_user = as_user
+        self._user = user
         self._include_entry = request.wants_entry
         self._events: list[FilesystemEvent] = []
+        self._unread: list[FsEvent] = []  # with include_entry: events waiting for `_read_entries`
+        self._reading: asyncio.Task[None] | None = None
         self._error: ExecutorError | None = None
         self.changed = asyncio.Event()
-        self.watcher = Watcher(path, request.recursive, self._add, self._fail)
+        expand = self._expand if request.recursive else None
+        self.watcher = Watcher(directories[0], directories[1:], self._add, self._fail, expand)
 
     def take(self) -> list[FilesystemEvent]:
         """The events so far (and forget them); raises the error that ended the watch, if any."""
@@ -56,24 +66,39 @@ class _Collected:
         return events
 
     def _add(self, events: list[FsEvent]) -> None:
-        for name, path, kind in events:
-            self._events.append(FilesystemEvent(name, kind, self._entry(path)))
-        if len(self._events) > MAX_PENDING:
+        if self._include_entry:
+            self._unread.extend(events)
+            if self._reading is None or self._reading.done():
+                self._reading = asyncio.get_running_loop().create_task(self._read_entries())
+        else:
+            self._events.extend(FilesystemEvent(name, kind) for name, _, kind in events)
+            self.changed.set()
+        if len(self._events) + len(self._unread) > MAX_PENDING:
             self._fail(f"more than {MAX_PENDING} filesystem events are waiting to be read", PayloadTooLarge)
-        self.changed.set()
+
+    async def _read_entries(self) -> None:
+        """Give the waiting events their entries, in order; each call to the helper takes all that came meanwhile."""
+        while self._unread and self._error is None:
+            batch, self._unread = self._unread, []
+            try:
+                found = await self._as_user.run(self._user, entries, [path for _, path, _ in batch])
+                if len(found) != len(batch):
+                    raise Internal(f"the file helper sent {len(found)} entries for {len(batch)} events")
+            except ExecutorError as exc:
+                self._fail(f"error reading the entries of filesystem events: {exc.message}", type(exc))
+                return
+            self._events.extend(
+                FilesystemEvent(name, kind, entry) for (name, _, kind), entry in zip(batch, found, strict=True)
+            )
+            self.changed.set()
+
+    async def _expand(self, paths: list[str]) -> list[Directory]:
+        return await self._as_user.run(self._user, listable_directories, paths)
 
     def _fail(self, message: str, kind: type[ExecutorError] = ExecutorError) -> None:
         self._error = kind(message)
         self.watcher.close()
         self.changed.set()
-
-    def _entry(self, path: str) -> EntryInfo | None:
-        if not self._include_entry:
-            return None
-        try:
-            return entry_info(path)
-        except NotFound:
-            return None
 
 
 class WatchService:
@@ -122,11 +147,13 @@ class WatchService:
         return Empty()
 
     async def _watch(self, request: WatchRequest, call: Call) -> _Collected:
-        """A watch of a directory the user may read (`_fs_ops.check_directory`, with its rights)."""
+        """A watch of what the user may read there (`_fs_ops.check_directory`, with its rights)."""
         user = from_authorization(call.headers.get("authorization"), self._defaults.user)
         path = resolve(request.path, user, self._defaults.workdir)
-        await self._as_user.run(user, check_directory, path)
-        return _Collected(request, path)
+        directories = await self._as_user.run(user, check_directory, path, request.recursive)
+        if not directories or directories[0].path != path:
+            raise Internal(f"the file helper did not check '{path}'")
+        return _Collected(request, directories, self._as_user, user)
 
     def _find(self, watcher_id: str) -> _Collected:
         if watcher_id not in self._watchers:

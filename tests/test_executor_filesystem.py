@@ -167,11 +167,12 @@ def test_recursive_watcher_sees_new_subdirectories(envd: Envd, workdir: str) -> 
         sandbox.files.make_dir(f"{workdir}/child")
         sandbox.files.write(f"{workdir}/child/inner.txt", "x")
         names: set[str] = set()
-        for _ in range(50):
-            names |= {event.name for event in handle.get_new_events()}
-            if "child/inner.txt" in names:
-                break
-        assert {"child", "child/inner.txt"} <= names
+
+        def both() -> bool:  # a new directory's events wait for the user's look at it (a helper call, or its start)
+            names.update(event.name for event in handle.get_new_events())
+            return {"child", "child/inner.txt"} <= names
+
+        wait_for(both, what="the events of the new directory and of the file made in it")
     finally:
         handle.stop()
 

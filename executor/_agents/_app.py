@@ -35,6 +35,7 @@ from executor._agents._openapi import document
 from executor._agents._process_routes import ProcessRoutes
 from executor._agents._session_routes import SessionRoutes
 from executor._agents._sessions import Sessions
+from executor._as_user import AsUser
 from executor._defaults import Defaults
 from executor._errors import ExecutorError
 from executor._exchange import Request, Response
@@ -54,7 +55,9 @@ def _pattern(template: str) -> re.Pattern[str]:
 class AgentApp:
     """The agent server of one executor."""
 
-    def __init__(self, defaults: Defaults, table: ProcessTable, path_env: str, state_dir: str, agents_dir: str) -> None:
+    def __init__(
+        self, defaults: Defaults, table: ProcessTable, as_user: AsUser, path_env: str, state_dir: str, agents_dir: str
+    ) -> None:
         self._defaults = defaults
         launcher = Launcher(defaults, path_env, state_dir, agents_dir)
         self._launcher = launcher
@@ -63,7 +66,7 @@ class AgentApp:
         acp = AcpRoutes(self.hub)
         self.sessions = Sessions(self.hub, state_dir)
         sessions = SessionRoutes(self.sessions)
-        fs = FsRoutes(defaults)
+        fs = FsRoutes(defaults, as_user)
         processes = ProcessRoutes(defaults, table, path_env)
         mcp, skills = ConfigRoutes(defaults, "mcp", "mcpName"), ConfigRoutes(defaults, "skills", "skillName")
         self._desktop = DesktopRoutes()

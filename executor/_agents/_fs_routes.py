@@ -9,16 +9,18 @@
     GET    /v1/fs/stat?path             {path, entryType, size, modified}
     POST   /v1/fs/upload-batch?path     a tar (application/x-tar) unpacked under path → {paths, truncated}
 
-Paths resolve as envd's do (relative to the default user's home); what is created belongs to that
-user. Bodies are limited (`MAX_FILE_BYTES`, `MAX_BATCH_BYTES`); blocking work runs in a thread.
+Paths resolve as envd's do (relative to the default user's home). Every operation runs with the rights
+of the default user, whom the agents and processes of this API run as (`_as_user`, as envd's file
+routes do), so a client of the API may touch exactly what its agent may: what that user may not is a
+403 `permission_denied` problem, and what it creates is its own. The executor only copies the bytes,
+through the descriptor that user's own open() gave. Bodies are limited (`MAX_FILE_BYTES`,
+`MAX_BATCH_BYTES`); blocking work runs in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import stat
 import tarfile
 import tempfile
 from datetime import UTC, datetime
@@ -26,7 +28,9 @@ from typing import IO
 
 import msgspec
 
+from executor import _fs_ops
 from executor._agents._http import ApiError, read_json, send_json
+from executor._as_user import AsUser
 from executor._defaults import Defaults
 from executor._errors import PayloadTooLarge, os_errors
 from executor._exchange import Request, Response
@@ -63,8 +67,9 @@ class FsMoveRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class FsRoutes:
-    def __init__(self, defaults: Defaults) -> None:
+    def __init__(self, defaults: Defaults, as_user: AsUser) -> None:
         self._defaults = defaults
+        self._as_user = as_user
 
     def _path(self, request: Request, name: str = "path", required: bool = True) -> tuple[str, User]:
         user = lookup(self._defaults.user)
@@ -73,12 +78,15 @@ class FsRoutes:
         return resolve(request.query.get(name, ""), user, None), user
 
     async def entries(self, request: Request, response: Response) -> None:
-        path, _ = self._path(request, required=False)
-        await send_json(response, 200, await asyncio.to_thread(_list, path))
+        path, user = self._path(request, required=False)
+        found = await self._as_user.run(user, _fs_ops.agent_entries, path)
+        entries = [FsEntry(os.path.basename(entry.path), entry.path, *_described(entry)) for entry in found]
+        await send_json(response, 200, entries)
 
     async def read(self, request: Request, response: Response) -> None:
-        path, _ = self._path(request)
-        data = await asyncio.to_thread(_read_bytes, path)
+        path, user = self._path(request)
+        opened = await self._as_user.run(user, _fs_ops.agent_open_to_read, path)
+        data = await asyncio.to_thread(_read_bytes, opened.fd, path)
         await response.send(200, data, "application/octet-stream")
 
     async def write(self, request: Request, response: Response) -> None:
@@ -87,18 +95,18 @@ class FsRoutes:
             data = await request.body.read(MAX_FILE_BYTES)
         except PayloadTooLarge as exc:
             raise ApiError("payload_too_large", 413, exc.message) from exc
-        await asyncio.to_thread(_write_bytes, path, data, user)
+        await self._write(user, path, data, None)
         await send_json(response, 200, {"path": path, "bytesWritten": len(data)})
 
     async def delete(self, request: Request, response: Response) -> None:
-        path, _ = self._path(request)
+        path, user = self._path(request)
         recursive = request.query.get("recursive", "").lower() in ("1", "true")
-        await asyncio.to_thread(_remove, path, recursive)
+        await self._as_user.run(user, _fs_ops.agent_remove, path, recursive)
         await send_json(response, 200, {"path": path})
 
     async def mkdir(self, request: Request, response: Response) -> None:
         path, user = self._path(request)
-        await asyncio.to_thread(ensure_dirs, path, user.uid, user.gid)
+        await self._as_user.run(user, ensure_dirs, path, user.uid, user.gid)
         await send_json(response, 200, {"path": path})
 
     async def move(self, request: Request, response: Response) -> None:
@@ -107,12 +115,13 @@ class FsRoutes:
         source, target = resolve(body.from_, user, None), resolve(body.to, user, None)
         if not body.from_:
             raise ApiError("invalid_request", 400, "missing required field 'from'")
-        await asyncio.to_thread(_move, source, target, bool(body.overwrite), user)
+        await self._as_user.run(user, _fs_ops.agent_move, source, target, bool(body.overwrite), user.uid, user.gid)
         await send_json(response, 200, {"from": source, "to": target})
 
     async def stat(self, request: Request, response: Response) -> None:
-        path, _ = self._path(request)
-        await send_json(response, 200, await asyncio.to_thread(_stat, path))
+        path, user = self._path(request)
+        status = await self._as_user.run(user, _fs_ops.agent_stat, path)
+        await send_json(response, 200, FsStat(status.path, *_described(status)))
 
     async def upload_batch(self, request: Request, response: Response) -> None:
         root, user = self._path(request, required=False)
@@ -124,98 +133,51 @@ class FsRoutes:
                     raise ApiError("payload_too_large", 413, f"the tar is larger than {MAX_BATCH_BYTES} bytes")
                 spool.write(chunk)
             spool.seek(0)
-            paths = await asyncio.to_thread(_unpack, spool, root, user)
+            paths = await self._unpack(spool, root, user)
         await send_json(response, 200, {"paths": paths[:MAX_BATCH_PATHS], "truncated": len(paths) > MAX_BATCH_PATHS})
 
+    async def _write(self, user: User, path: str, data: bytes, mode: int | None) -> None:
+        opened = await self._as_user.run(user, _fs_ops.agent_open_to_write, path, user.uid, user.gid, mode)
+        await asyncio.to_thread(_write_bytes, opened.fd, path, data)
 
-def _list(path: str) -> list[FsEntry]:
-    if not os.path.isdir(path):
-        raise ApiError("invalid_request", 400, f"path not found or not a directory: {path}")
-    entries = []
-    with os_errors(f"error listing '{path}'"), os.scandir(path) as iterator:
-        for child in sorted(iterator, key=lambda entry: entry.name):
-            info = child.stat(follow_symlinks=True) if os.path.exists(child.path) else child.stat(follow_symlinks=False)
-            entries.append(FsEntry(child.name, child.path, _kind(info), info.st_size, _modified(info)))
-    return entries
+    async def _unpack(self, spool: IO[bytes], root: str, user: User) -> list[str]:
+        """Regular files and directories of a tar under `root`, owned by `user`; anything else is refused whole."""
+        try:
+            with await asyncio.to_thread(tarfile.open, fileobj=spool, mode="r:") as archive:
+                members = await asyncio.to_thread(_members, archive, root)
+                written = []
+                for member, target in members:
+                    if member.isdir():
+                        await self._as_user.run(user, ensure_dirs, target, user.uid, user.gid)
+                        continue
+                    data = await asyncio.to_thread(_member_bytes, archive, member)
+                    await self._write(user, target, data, member.mode & 0o777)
+                    written.append(target)
+                return written
+        except tarfile.TarError as exc:
+            raise ApiError("invalid_request", 400, f"the body is not a tar archive: {exc}") from exc
 
 
-def _kind(info: os.stat_result) -> str:
-    return "directory" if stat.S_ISDIR(info.st_mode) else "file"
+def _described(status: _fs_ops.Status) -> tuple[str, int, str]:
+    """An entry's entryType, size and modified."""
+    modified = datetime.fromtimestamp(status.modified, UTC).isoformat().replace("+00:00", "Z")
+    return "directory" if status.directory else "file", status.size, modified
 
 
-def _modified(info: os.stat_result) -> str:
-    return datetime.fromtimestamp(info.st_mtime, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _read_bytes(path: str) -> bytes:
-    if not os.path.isfile(path):
-        raise ApiError("invalid_request", 400, f"path not found: {path}")
-    with os_errors(f"error reading '{path}'"), open(path, "rb") as file:
+def _read_bytes(fd: int, path: str) -> bytes:
+    with os_errors(f"error reading '{path}'"), os.fdopen(fd, "rb") as file:
         if os.fstat(file.fileno()).st_size > MAX_FILE_BYTES:
             raise ApiError("payload_too_large", 413, f"{path} is larger than {MAX_FILE_BYTES} bytes: use envd's /files")
         return file.read()
 
 
-def _remove(path: str, recursive: bool) -> None:
-    if not os.path.lexists(path):
-        raise ApiError("invalid_request", 400, f"path not found: {path}")
-    directory = os.path.isdir(path) and not os.path.islink(path)
-    if directory and not recursive and os.listdir(path):
-        raise ApiError("invalid_request", 400, f"directory is not empty (use recursive=true): {path}")
-    with os_errors(f"error removing '{path}'"):
-        if directory:
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+def _write_bytes(fd: int, path: str, data: bytes) -> None:
+    with os_errors(f"error writing '{path}'"), os.fdopen(fd, "wb") as file:
+        file.write(data)
 
 
-def _move(source: str, target: str, overwrite: bool, user: User) -> None:
-    if not os.path.lexists(source):
-        raise ApiError("invalid_request", 400, f"path not found: {source}")
-    if os.path.lexists(target) and not overwrite:
-        raise ApiError("conflict", 409, f"destination exists (use overwrite=true): {target}")
-    if os.path.isdir(source) and not os.path.islink(source) and _within(target, source):
-        raise ApiError("invalid_request", 400, f"cannot move '{source}' into itself: {target}")
-    ensure_dirs(os.path.dirname(target), user.uid, user.gid)
-    with os_errors(f"error moving '{source}' to '{target}'"):
-        os.replace(source, target)
-
-
-def _within(path: str, directory: str) -> bool:
-    """Whether `path` is `directory` or would be inside it (its existing parents resolved)."""
-    real, parent = os.path.realpath(path), os.path.realpath(directory)
-    return os.path.commonpath([real, parent]) == parent
-
-
-def _stat(path: str) -> FsStat:
-    if not os.path.lexists(path):
-        raise ApiError("invalid_request", 400, f"path not found: {path}")
-    with os_errors(f"error reading the status of '{path}'"):
-        info = os.stat(path) if os.path.exists(path) else os.lstat(path)
-    return FsStat(path, _kind(info), info.st_size, _modified(info))
-
-
-def _write_bytes(path: str, data: bytes, user: User) -> None:
-    ensure_dirs(os.path.dirname(path), user.uid, user.gid)
-    if os.path.isdir(path):
-        raise ApiError("invalid_request", 400, f"path is a directory: {path}")
-    with os_errors(f"error writing '{path}'"):
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        with os.fdopen(descriptor, "wb") as file:
-            os.fchown(descriptor, user.uid, user.gid)
-            file.write(data)
-
-
-def _unpack(spool: IO[bytes], root: str, user: User) -> list[str]:
-    """Regular files and directories of a tar under `root`, owned by `user`; anything else is refused whole."""
-    try:
-        with tarfile.open(fileobj=spool, mode="r:") as archive:
-            return _extract(archive, root, user)
-    except tarfile.TarError as exc:
-        raise ApiError("invalid_request", 400, f"the body is not a tar archive: {exc}") from exc
-
-
-def _extract(archive: tarfile.TarFile, root: str, user: User) -> list[str]:
+def _members(archive: tarfile.TarFile, root: str) -> list[tuple[tarfile.TarInfo, str]]:
+    """Each member of the tar and where it goes, once every one has been checked."""
     members = archive.getmembers()
     for member in members:
         name = os.path.normpath(member.name)
@@ -228,15 +190,10 @@ def _extract(archive: tarfile.TarFile, root: str, user: User) -> list[str]:
             raise ApiError(
                 "invalid_request", 400, f"refused tar member {member.name!r}: only relative files and directories"
             )
-    written = []
-    for member in members:
-        target = os.path.join(root, os.path.normpath(member.name))
-        if member.isdir():
-            ensure_dirs(target, user.uid, user.gid)
-            continue
-        source = archive.extractfile(member)
-        assert source is not None  # a regular file
-        _write_bytes(target, source.read(), user)
-        os.chmod(target, member.mode & 0o777)
-        written.append(target)
-    return written
+    return [(member, os.path.join(root, os.path.normpath(member.name))) for member in members]
+
+
+def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    source = archive.extractfile(member)
+    assert source is not None  # a regular file
+    return source.read()
