@@ -267,14 +267,13 @@ class Activator:
         """E2B's create_snapshot: the sandbox's files as the build `tag` of a template (`name`, or "" for one named
         by its ID), which sandboxes are then created from; the sandbox is frozen only while they are copied.
 
-        With `memory` (E2B's default mode "full") NotSupported: a memory image is restored only into the sandbox
-        it was taken of here. A user-paused sandbox is SandboxConflict: connect to it first.
+        With `memory` (asked for: E2B's mode "full") NotSupported: a memory image is restored only into the
+        sandbox it was taken of here. A user-paused sandbox is SandboxConflict: connect to it first.
         """
         if memory:
             raise NotSupported(
-                "snapshots with memory (mode 'full', the default) are not supported by this server: "
-                "create_snapshot(mode='filesystem') keeps the sandbox's files, and sandboxes created from it start "
-                "over them afresh"
+                "snapshots with memory (mode 'full') are not supported by this server: a snapshot keeps the "
+                "sandbox's files (mode='filesystem', or no mode), and sandboxes created from it start over them afresh"
             )
         if self.get(owner, sandbox_id).user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before snapshotting it")

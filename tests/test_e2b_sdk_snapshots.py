@@ -1,7 +1,7 @@
 """E2B's snapshots with the real `e2b` SDK: `create_snapshot(mode="filesystem")` makes a template of a running
 sandbox's files (it runs on, its processes untouched), `Sandbox.create(<snapshot id>)` starts afresh over them,
-`list_snapshots` and `delete_snapshot` see only the key's own, and a snapshot with memory (the SDK's default
-mode) is refused with a message that names the mode that works."""
+`list_snapshots` and `delete_snapshot` see only the key's own; no mode is the server's default (files, here), and
+`mode="full"` (memory) is refused with a message that names the mode that works."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_snapshots_are_listed_per_sandbox_and_deleted_like_templates(sbx: Sandbo
         listed = [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()]
         assert listed == [named.snapshot_id, unnamed.snapshot_id]
         assert Sandbox.list_snapshots(sandbox_id=other.sandbox_id).next_items() == []
-        assert {named.snapshot_id, unnamed.snapshot_id} <= {s.snapshot_id for s in Sandbox.list_snapshots().next_items()}
+        everything = {s.snapshot_id for s in Sandbox.list_snapshots().next_items()}
+        assert {named.snapshot_id, unnamed.snapshot_id} <= everything
         stranger = sdk_options(e2b_env, new_key(e2b_env, "snapshot-stranger"))
         assert Sandbox.list_snapshots(**stranger).next_items() == []
         with pytest.raises(SandboxException, match="404: template 'listed-snap:default' not found"):
@@ -64,10 +65,20 @@ def test_snapshots_are_listed_per_sandbox_and_deleted_like_templates(sbx: Sandbo
     assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
 
 
-def test_a_snapshot_with_memory_is_refused_naming_the_mode_that_works(sbx: Sandbox) -> None:
-    with pytest.raises(SandboxException, match="mode='filesystem'"):
-        sbx.create_snapshot("with-memory")
+def test_a_snapshot_with_memory_is_refused_naming_the_mode_that_works_and_no_mode_keeps_the_files(
+    sbx: Sandbox,
+) -> None:
+    with pytest.raises(SandboxException, match=r"501: .*mode='filesystem'"):
+        sbx.create_snapshot("with-memory", mode="full")
     assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
+    sbx.files.write(NOTE, "kept by the default mode")
+    snapshot = sbx.create_snapshot("default-mode")
+    copy = Sandbox.create(snapshot.snapshot_id)
+    try:
+        assert copy.files.read(NOTE) == "kept by the default mode"
+    finally:
+        copy.kill()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
 
 
 def test_a_paused_sandbox_must_be_connected_before_its_snapshot(sbx: Sandbox) -> None:
@@ -75,7 +86,8 @@ def test_a_paused_sandbox_must_be_connected_before_its_snapshot(sbx: Sandbox) ->
     with pytest.raises(SandboxException, match="connect to it"):
         Sandbox.create_snapshot(sbx.sandbox_id, "paused-snap", mode="filesystem")
     Sandbox.connect(sbx.sandbox_id)
-    assert Sandbox.create_snapshot(sbx.sandbox_id, "paused-snap", mode="filesystem").snapshot_id == "paused-snap:default"
+    again = Sandbox.create_snapshot(sbx.sandbox_id, "paused-snap", mode="filesystem")
+    assert again.snapshot_id == "paused-snap:default"
     assert Sandbox.delete_snapshot("paused-snap:default")
 
 

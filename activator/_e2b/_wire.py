@@ -346,10 +346,10 @@ class RemoveTags(_Wire, kw_only=True):
 
 class SnapshotRequest(_Wire, kw_only=True):
     """`POST /sandboxes/{id}/snapshots` (`SandboxSnapshotRequest`): `name[:tag]` of the snapshot's template (none:
-    named by its ID); `memory: false` is the SDK's `mode="filesystem"`."""
+    named by its ID); `memory`: the SDK's `mode` ("full": true, "filesystem": false; none: the server's default)."""
 
     name: _TemplateName | None = None
-    memory: bool = True
+    memory: bool | None = None
 
 
 class SnapshotInfo(_Wire, kw_only=True):
