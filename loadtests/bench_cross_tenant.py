@@ -9,9 +9,11 @@ filesystem of its own (`--sandbox-disk-limit on`, the default: a sample is one s
 sample walks the files, in a pool of its own): p50/p99 of B's create, and the ratio to its baseline, which
 the issue wants within 2. The audit measured 66.5 s against a 0.65 s baseline (100 times) on the old code.
 The same polling of an empty sandbox is the control: what the files cost is the difference between the two.
-The loops run on the server's own cores, so a third series runs them at `SCHED_IDLE` (`chrt --idle`): their
-processes then get only the CPU the server leaves, as an attacker's on another machine would, and what is
-left is what answering the flood costs the server itself.
+The loops run on the server's own cores, so two more series tell what the server does from what the machine
+does: the loops at `SCHED_IDLE` (`chrt --idle`), whose processes then get only the CPU the rest leaves, as an
+attacker's on another machine would; and the same loops polling a sandbox of another server on this machine
+(one that shares nothing with B's but the cores): what is left over that control is what the flood costs B
+through the server they share.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from e2b import Sandbox
 
 from loadtests._stats import percentile, row
 from tests.server_fixtures import RunningServer, running_server
-from tests.ui_fixtures import new_key
+from tests.ui_fixtures import new_key, sdk_options
 
 POLLERS = 24
 
@@ -55,7 +57,7 @@ def _pollers(server: RunningServer, sandbox_id: str, *, idle: bool) -> list[subp
 def _while_polled(server: RunningServer, sandbox_id: str, key_b: str, runs: int, *, idle: bool = False) -> list[float]:
     pollers = _pollers(server, sandbox_id, idle=idle)
     try:
-        time.sleep(1)  # all of them polling
+        time.sleep(3)  # all of them polling, past the burst a key may make before its pace holds it (`_pacing`)
         return _create_ms(key_b, runs)
     finally:
         for poller in pollers:
@@ -63,26 +65,27 @@ def _while_polled(server: RunningServer, sandbox_id: str, key_b: str, runs: int,
             poller.wait()
 
 
-def _measure(label: str, server: RunningServer, files: int, runs: int) -> None:
+def _measure(label: str, server: RunningServer, elsewhere: tuple[RunningServer, str], files: int, runs: int) -> None:
     os.environ.update(server.e2b_env())
     key_b = new_key(server, "tenant-b")
     empty, crowded = Sandbox.create(timeout=3600), Sandbox.create(timeout=3600)
     crowded.commands.run(f"mkdir ~/f && cd ~/f && seq {files} | xargs touch", timeout=600)
     os.sync()  # their writeback is not the flood's: without this it lands in the first series measured
     alone = _create_ms(key_b, runs)
-    polled_empty = _while_polled(server, empty.sandbox_id, key_b, runs)
-    polled = _while_polled(server, crowded.sandbox_id, key_b, runs)
-    polled_idle = _while_polled(server, crowded.sandbox_id, key_b, runs, idle=True)
+    series = {
+        "another server on this machine polled": _while_polled(*elsewhere, key_b, runs),
+        "an empty sandbox polled": _while_polled(server, empty.sandbox_id, key_b, runs),
+        f"A's {files:,} files polled": _while_polled(server, crowded.sandbox_id, key_b, runs),
+        "  the same, the curl loops at SCHED_IDLE": _while_polled(server, crowded.sandbox_id, key_b, runs, idle=True),
+    }
     empty.kill()
     crowded.kill()
     print(f"--- {label}")
     print(row("key B: create + command + kill, alone", alone))
-    print(row("  ... while an empty sandbox is polled", polled_empty))
-    print(row(f"  ... while A's {files:,} files are polled", polled))
-    print(row("  ... the same, the curl loops at SCHED_IDLE", polled_idle))
-    series = (("empty", polled_empty), (f"{files:,} files", polled), (f"{files:,} files, loops idle", polled_idle))
-    for what, times in series:
-        print(f"{'  ratio (p50), ' + what:<44} {percentile(times, 50) / percentile(alone, 50):.2f}")
+    for what, times in series.items():
+        print(row(f"  ... {what}", times))
+    for what, times in series.items():
+        print(f"{'  ratio (p50), ' + what.strip():<64} {percentile(times, 50) / percentile(alone, 50):.2f}")
 
 
 def main() -> None:
@@ -90,12 +93,14 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=300_000)
     parser.add_argument("--runs", type=int, default=8)
     args = parser.parse_args()
-    for label, flag in (("disk limit on (a sample is one statvfs)", "on"), ("disk limit off (a sample walks)", "off")):
-        with (
-            tempfile.TemporaryDirectory(dir="/var/tmp") as tmp,
-            running_server(Path(tmp) / "data", "--sandbox-disk-limit", flag) as server,
-        ):
-            _measure(label, server, args.files, args.runs)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as other, running_server(Path(other) / "data") as elsewhere:
+        target = Sandbox.create(timeout=3600, **sdk_options(elsewhere, elsewhere.api_key))
+        for label, flag in (("disk limit on (a sample is a statvfs)", "on"), ("disk limit off (samples walk)", "off")):
+            with (
+                tempfile.TemporaryDirectory(dir="/var/tmp") as tmp,
+                running_server(Path(tmp) / "data", "--sandbox-disk-limit", flag) as server,
+            ):
+                _measure(label, server, (elsewhere, target.sandbox_id), args.files, args.runs)
 
 
 if __name__ == "__main__":
