@@ -319,6 +319,8 @@ def _reassert(record: SandboxRecord, alive: bool, snapshotted: bool, crash: str 
     if alive:  # processes exist: make them frozen or thawed per the record, or finish a snapshot (as it was asked)
         return Step(record, _REASSERT_ALIVE[state], None, memory=record.snapshot_kind != "filesystem")
     if snapshotted and crash is not None:
+        if not record.user_paused and record.end_at <= now:  # its time ran out meanwhile: what its lifecycle says
+            return _expire(record, now)
         return _crash(record, crash, now)
     if snapshotted:  # no processes but an image: resumable
         if state is _RUNNING:

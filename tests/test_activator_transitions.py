@@ -233,6 +233,12 @@ class TestReassert:
         assert step.action is None
         assert step.record.user_paused
 
+    def test_a_sandbox_found_dead_after_its_timeout_passed_gets_what_its_lifecycle_says(self) -> None:
+        dead = Reassert(alive=False, snapshotted=True, crash="pid 1 ended")
+        assert plan(record(end_at=NOW - 1), dead, NOW).record.state == KILLED
+        paused = plan(replace(record(end_at=NOW - 1), lifecycle=WAKES), dead, NOW).record
+        assert (paused.state, paused.pause_reason) == (SNAPSHOTTED, "timeout")
+
     def test_a_sandbox_found_dead_while_it_was_being_snapshotted_is_just_snapshotted(self) -> None:
         step = plan(user_paused(SNAPSHOTTED), Reassert(alive=False, snapshotted=True, crash="gone"), NOW)
         assert (step.record.pause_reason, step.record.crash, step.action) == ("api", None, None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -149,3 +150,22 @@ async def test_a_sandbox_whose_pid_one_died_while_no_server_ran_keeps_its_files_
         await rt.stop("dead")
         assert rt.crashes() == {}
         assert not directory.exists()
+
+
+@pytest.mark.parametrize("left", ["no recorded pid", "no writable layer"])
+async def test_a_dead_sandbox_that_never_ran_or_cannot_start_again_is_not_kept(
+    tmp_path: Path, launchers: list[subprocess.Popen[bytes]], left: str
+) -> None:
+    await _before_the_crash(tmp_path, False, "dead", launchers, snapshot=False)
+    directory = tmp_path / "sandboxes" / "dead"
+    pid = int((directory / "pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    launchers[0].wait(10)
+    if left == "no recorded pid":  # what a create cut short before its pid 1 ran leaves
+        (directory / "pid").unlink()
+    else:
+        shutil.rmtree((directory / "upper").resolve())
+
+    async with local_runtime(tmp_path, criu=False) as rt:
+        assert await rt.recover() == set()
+        assert (rt.snapshotted_ids(), rt.crashes()) == (set(), {})  # the activator kills its record, as before

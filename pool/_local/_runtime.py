@@ -274,8 +274,9 @@ class LocalRuntime(LocalSandboxes):
             _log.warning("sandbox %s: its egress could not be set up again, it has none: %s", box.sandbox_id, exc)
 
     def crashes(self) -> dict[str, str]:
-        """`pool.Runtime`: the sandboxes `recover` found with their pid 1 gone, kept as their files, and why."""
-        return dict(self._crashes)
+        """`pool.Runtime`: the sandboxes `recover` found with their pid 1 gone, kept as their files (and not yet
+        started again), and why."""
+        return {sandbox_id: why for sandbox_id, why in self._crashes.items() if sandbox_id in self._snapshots}
 
     def _settle(self, box: Sandbox) -> SnapshotInfo | int | _Crashed:
         """What one sandbox directory holds after a restart (blocking): a snapshot, a live pid 1, or what is left
@@ -299,24 +300,31 @@ class LocalRuntime(LocalSandboxes):
         if pid and pid in box.cgroup.pids():
             drop_image(box.directory)  # left by a restore that was complete
             return pid
-        return self._keep_crashed(box)
-
-    def _keep_crashed(self, box: Sandbox) -> _Crashed:
-        """Its pid 1 ended while no server watched (or the machine restarted): like any crash, what else runs in
-        it stops and its files stay, as a files-only snapshot (blocking)."""
         oom_kills = 0
         if box.cgroup.exists():
             with contextlib.suppress(OSError):
                 oom_kills = box.cgroup.oom_kills()
             box.stopping = True
             self._teardown(box, keep_files=True)
+        if not pid:  # its start never got as far as running it: nothing of its own to keep
+            return 0
+        return self._keep_crashed(box, oom_kills)
+
+    def _keep_crashed(self, box: Sandbox, oom_kills: int) -> _Crashed | int:
+        """Its pid 1 ended while no server watched (or the machine restarted): like any crash, its files stay, as
+        a files-only snapshot (blocking); 0 (dead, to be removed) when they could not start a sandbox again."""
         try:
             self._disks.attach(box.directory)  # after a reboot; its size is its filesystem's use
-        except RuntimeFailure as exc:  # only this sandbox's restore will fail
-            _log.warning("sandbox %s: %s", box.sandbox_id, exc)
+            missing = [str(path) for path in (box.directory / "upper", *box.layers()) if not path.is_dir()]
+            if missing:
+                raise RuntimeFailure(f"it cannot start again, {', '.join(missing)} missing")
+            files = record_files_snapshot(box)
+        except (RuntimeFailure, OSError) as exc:  # the disk full, a damaged image: it is lost, as before
+            _log.warning("sandbox %s: its pid 1 ended while no server ran; not kept: %s", box.sandbox_id, exc)
+            return 0
         why = crash_reason(box, "ended while the server was not running", oom_kills)
         _log.warning("sandbox %s crashed: %s; its files are kept", box.sandbox_id, why)
-        return _Crashed(record_files_snapshot(box), why)
+        return _Crashed(files, why)
 
 
 class _Crashed(NamedTuple):
