@@ -275,6 +275,8 @@ class Activator:
                 "snapshots with memory (mode 'full') are not supported by this server: a snapshot keeps the "
                 "sandbox's files (mode='filesystem', or no mode), and sandboxes created from it start over them afresh"
             )
+        if self.template_builds.refusal:
+            raise NotSupported(self.template_builds.refusal)
         if self.get(owner, sandbox_id).user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before snapshotting it")
         await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
@@ -283,27 +285,31 @@ class Activator:
             if record.state is SandboxState.SNAPSHOTTED:  # the idle policy snapshotted it again meanwhile
                 raise SandboxConflict(f"sandbox {sandbox_id} was paused meanwhile: try again")
             template = self.catalog.templates[record.template]
-            return await self.template_builds.snapshot(owner, name, tag, sandbox_id, template)
+            return await self.template_builds.snapshot(owner, name, tag, sandbox_id, template, self._templates_in_use)
 
         return await self._machine.holding(sandbox_id, take)
 
     async def delete_template(self, owner: str, name: str) -> None:
         """Delete `owner`'s template (`TemplateBuilds.delete`); a snapshot's files stay while a live sandbox was
         created from it (its restore may need them)."""
+        await self.template_builds.delete(owner, name, self._templates_in_use)
 
-        def in_use() -> list[Template]:
-            templates = self.catalog.templates
-            return [templates[r.template] for r in self._machine.live.values() if r.template in templates]
-
-        await self.template_builds.delete(owner, name, in_use)
+    def _templates_in_use(self) -> list[Template]:
+        """The templates of the live sandboxes (the runtime keeps the layers of the ones still starting)."""
+        templates = self.catalog.templates
+        return [templates[r.template] for r in self._machine.live.values() if r.template in templates]
 
     def snapshots(self, owner: str, *, sandbox_id: str = "", name: str = "") -> list[TemplateRecord]:
-        """`owner`'s snapshots, oldest first: of the sandbox `sandbox_id`, and named `name`, when given."""
-        return [
+        """`owner`'s snapshots a create may start from (a tag names a build), oldest first: of the sandbox
+        `sandbox_id`, and named `name`, when given."""
+        found = [
             record
             for record in self.template_builds.snapshots(owner)
-            if (not sandbox_id or record.snapshot_of == sandbox_id) and (not name or record.name == name)
+            if record.tags
+            and (not sandbox_id or record.snapshot_of == sandbox_id)
+            and (not name or record.name == name)
         ]
+        return sorted(found, key=lambda record: (record.created_at, record.template_id))
 
     async def update_network(
         self, owner: str, sandbox_id: str, egress: Egress, *, allow_internet_access: bool | None

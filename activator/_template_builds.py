@@ -11,6 +11,7 @@ build route answers 501 with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import uuid
@@ -46,6 +47,7 @@ _log = logging.getLogger("activator")
 
 MAX_CONCURRENT_BUILDS = 2
 MAX_LOG_ENTRIES = 10_000
+InUse = Callable[[], Iterable[Template]]  # the templates live sandboxes were started from
 MAX_SNAPSHOTS_PER_KEY = 100  # snapshot builds a key may hold: each is a copy of a sandbox's files on the host's disk
 
 
@@ -103,6 +105,7 @@ class TemplateBuilds:
         self._warm_target = warm_target
         self._pooled: dict[str, set[str]] = {}  # template id -> the build keys given a warm pool
         self._tasks: set[asyncio.Task[None]] = set()
+        self._naming: dict[tuple[str, str], asyncio.Lock] = {}  # (owner, name): one snapshot of a name at a time
 
     @property
     def refusal(self) -> str:
@@ -159,52 +162,74 @@ class TemplateBuilds:
         self._pending_tags[build.build_id] = tags or [DEFAULT_TAG]
         return record, build
 
-    async def snapshot(self, owner: str, name: str, tag: str, sandbox_id: str, template: Template) -> TemplateRecord:
+    async def snapshot(
+        self, owner: str, name: str, tag: str, sandbox_id: str, template: Template, in_use: InUse
+    ) -> TemplateRecord:
         """A filesystem snapshot of `owner`'s running sandbox (started from `template`) as a template: a new one
-        named `name` ("": by its template ID), or a new build of `owner`'s template of that name, tagged `tag`.
-        Nothing is stored unless the files were taken (the caller keeps the sandbox from changing state meanwhile).
+        named `name` ("": by its template ID), or a new build of `owner`'s snapshot of that name, tagged `tag`
+        (the files of the build the tag named before go, unless `in_use()` or another tag needs them). Nothing is
+        stored unless the files were taken (the caller keeps the sandbox from changing state meanwhile).
         """
         ledger = self._ready()
         assert self._builder is not None
         if name and self._catalog.is_builtin(name):
             raise InvalidRequest(f"'{name}' is a built-in template's name: choose another one")
-        taken = sum(1 for b in self._builds.values() if self._is_snapshot_of(owner, b.template_id))
-        if taken >= MAX_SNAPSHOTS_PER_KEY:
-            raise InvalidRequest(f"this key holds {taken} snapshots, the most it may: delete some first")
-        now = self._clock()
-        record = (self._catalog.find_built(owner, name) if name else None) or TemplateRecord(
-            template_id=(template_id := _template_id()), owner=owner, name=name or template_id, created_at=now,
-            updated_at=now,
-        )  # fmt: skip
-        build_id = str(uuid.uuid4())
-        key = build_key(record.template_id, build_id)
-        try:
-            taken_template = await self._builder.snapshot_files(sandbox_id, template, key)
-        except PoolError as exc:
-            raise ActivatorError(f"the snapshot of sandbox {sandbox_id} failed: {exc}") from exc
-        done = self._clock()
-        build = BuildRecord(
-            build_id=build_id, template_id=record.template_id, status="ready", created_at=now, finished_at=done,
-            template=taken_template, logs=(_entry(done, "info", f"snapshot of sandbox {sandbox_id} (files only)"),),
-            cpu_count=template.resources.cpu_count, memory_mb=template.resources.memory_mb,
-        )  # fmt: skip
-        record = msgspec.structs.replace(
-            record, tags={**record.tags, tag: build_id}, updated_at=done, snapshot_of=sandbox_id
-        )
-        await ledger.put_build(build)
-        await ledger.put_template(record)
-        self._builds[build_id] = build
-        self._catalog.put_built(record, [build])
-        await self._sync_pools(record)
+        async with self._naming.setdefault((owner, name), asyncio.Lock()) if name else contextlib.nullcontext():
+            existing = self._catalog.find_built(owner, name) if name else None
+            if existing is not None and not existing.snapshot_of:
+                raise InvalidRequest(f"'{name}' is one of this key's templates, not a snapshot: choose another name")
+            held = sum(len(set(record.tags.values())) for record in self.snapshots(owner))
+            if held >= MAX_SNAPSHOTS_PER_KEY and not (existing and tag in existing.tags):  # a new tag adds one
+                raise InvalidRequest(f"this key holds {held} snapshots, the most it may: delete some first")
+            template_id = existing.template_id if existing else _template_id()
+            build_id, now = str(uuid.uuid4()), self._clock()
+            try:
+                taken = await self._builder.snapshot_files(sandbox_id, template, build_key(template_id, build_id))
+            except PoolError as exc:
+                raise ActivatorError(f"the snapshot of sandbox {sandbox_id} failed: {exc}") from exc
+            done = self._clock()
+            build = BuildRecord(
+                build_id=build_id, template_id=template_id, status="ready", created_at=now, finished_at=done,
+                template=taken, logs=(_entry(done, "info", f"snapshot of sandbox {sandbox_id} (files only)"),),
+                cpu_count=template.resources.cpu_count, memory_mb=template.resources.memory_mb,
+            )  # fmt: skip
+            # Read again: the template may have been deleted or retagged while the files were copied.
+            record = self._catalog.find_built(owner, template_id) or TemplateRecord(
+                template_id=template_id, owner=owner, name=name or template_id, created_at=now, updated_at=now
+            )
+            replaced = record.tags.get(tag)
+            record = msgspec.structs.replace(
+                record, tags={**record.tags, tag: build_id}, updated_at=done, snapshot_of=sandbox_id
+            )
+            await ledger.put_template(record)
+            await ledger.put_build(build)
+            self._builds[build_id] = build
+            self._catalog.put_built(record, [build])
+            await self._sync_pools(record)
+        if replaced is not None and replaced not in record.tags.values():
+            await self._drop_files([self._builds[replaced]], in_use)
         return record
 
     def snapshots(self, owner: str) -> list[TemplateRecord]:
         """`owner`'s snapshot templates, oldest first."""
         return [record for record in self._catalog.built(owner) if record.snapshot_of]
 
-    def _is_snapshot_of(self, owner: str, template_id: str) -> bool:
-        record = self._catalog.find_built(owner, template_id)
-        return record is not None and bool(record.snapshot_of)
+    def newest_tag(self, record: TemplateRecord) -> str:
+        """The tag of the template's newest tagged build (what a listing names it by)."""
+        return max(record.tags, key=lambda tag: (self._builds[record.tags[tag]].created_at, tag == DEFAULT_TAG))
+
+    async def _drop_files(self, builds: Iterable[BuildRecord], in_use: InUse) -> None:
+        """Delete the files each of these snapshot builds took, unless a template `in_use()` or still tagged
+        stands on them (only its own top layer: those below it may be another snapshot's)."""
+        assert self._builder is not None
+        kept = {layer.id for t in [*in_use(), *self._catalog.tagged()] for layer in t.layers if _is_snapshot(layer)}
+        for build in builds:
+            own = build.template.layers[-1] if build.template else None
+            if isinstance(own, SnapshotLayer) and own.id not in kept and build.template is not None:
+                try:
+                    await self._builder.drop_snapshot_files(build.template)
+                except (OSError, PoolError) as exc:  # what refers to them is gone all the same; the files stay
+                    _log.warning("the files of snapshot %s stay: %s", build.template.name, exc)
 
     def template(self, owner: str, reference: str) -> TemplateRecord:
         """`owner`'s template by name or ID; BuildNotFound when it has none."""
@@ -246,25 +271,16 @@ class TemplateBuilds:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def delete(self, owner: str, reference: str, in_use: Callable[[], Iterable[Template]]) -> None:
+    async def delete(self, owner: str, reference: str, in_use: InUse) -> None:
         """Delete `owner`'s template and its builds; BuildNotFound if none. Running sandboxes and layers stay, but
         a snapshot's own files (the one copy of them) go unless a template `in_use()` or still tagged names them."""
         record = self.template(owner, reference)
-        builds = [b.template for b in self._builds.values() if b.template_id == record.template_id and b.template]
+        builds = [b for b in self._builds.values() if b.template_id == record.template_id]
         await self._ready().delete_template(record.template_id)
         self._catalog.remove_built(record.template_id)
         await self._sync_pools(msgspec.structs.replace(record, tags={}))
-        if not record.snapshot_of:
-            return
-        assert self._builder is not None
-        kept = {layer.id for t in [*in_use(), *self._catalog.tagged()] for layer in t.layers if _is_snapshot(layer)}
-        for template in builds:
-            own = template.layers[-1]  # the layer this snapshot took; those below may be another snapshot's
-            if isinstance(own, SnapshotLayer) and own.id not in kept:
-                try:
-                    await self._builder.drop_snapshot_files(template)
-                except (OSError, PoolError) as exc:  # the template is gone all the same; its files are left
-                    _log.warning("the files of snapshot %s stay: %s", template.name, exc)
+        if record.snapshot_of:
+            await self._drop_files(builds, in_use)
 
     async def assign_tags(self, owner: str, target: str, tags: list[str]) -> str:
         """Point `tags` at the build `target` (`name:tag`) names; the build id."""

@@ -104,3 +104,34 @@ def test_a_deleted_snapshots_files_go_once_no_sandbox_started_from_it_lives(sbx:
     [second] = _snapshot_layers() - before - {layer}
     assert Sandbox.delete_snapshot(again.snapshot_id)
     assert second not in _snapshot_layers()
+
+
+def test_a_tag_snapshotted_again_names_the_new_files_and_the_old_ones_go(sbx: Sandbox) -> None:
+    before = _snapshot_layers()
+    sbx.files.write(NOTE, "first")
+    first = sbx.create_snapshot("re-snap:v2", mode="filesystem")
+    [old] = _snapshot_layers() - before
+    sbx.files.write(NOTE, "second")
+    second = sbx.create_snapshot("re-snap:v2", mode="filesystem")
+    assert first.snapshot_id == second.snapshot_id == "re-snap:v2"
+    assert old not in _snapshot_layers()  # nothing stood on the first any more
+    [listed] = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()
+    assert (listed.snapshot_id, listed.names) == ("re-snap:v2", ["re-snap:v2"])
+    copy = Sandbox.create("re-snap:v2")
+    try:
+        assert copy.files.read(NOTE) == "second"
+    finally:
+        copy.kill()
+        assert Sandbox.delete_snapshot("re-snap:v2")
+
+
+def test_paging_survives_the_deletion_of_the_snapshot_a_page_ended_with(sbx: Sandbox) -> None:
+    made = [sbx.create_snapshot(f"paged-{i}", mode="filesystem").snapshot_id for i in range(3)]
+    pages = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id, limit=1)
+    seen = [s.snapshot_id for s in pages.next_items()]
+    assert Sandbox.delete_snapshot(seen[0])  # a clean-up loop deletes as it goes
+    while pages.has_next:
+        for snapshot in pages.next_items():
+            seen.append(snapshot.snapshot_id)
+            assert Sandbox.delete_snapshot(snapshot.snapshot_id)
+    assert seen == made

@@ -169,3 +169,5 @@ async def test_a_dead_sandbox_that_never_ran_or_cannot_start_again_is_not_kept(
     async with local_runtime(tmp_path, criu=False) as rt:
         assert await rt.recover() == set()
         assert (rt.snapshotted_ids(), rt.crashes()) == (set(), {})  # the activator kills its record, as before
+        await rt.stop("dead")  # what that kill does
+        assert not directory.exists()

@@ -51,22 +51,32 @@ async def list_snapshots(
     limit: Annotated[int, QueryParameter(ge=1, le=100)] = 100,
     next_token: Annotated[str | None, QueryParameter(name="nextToken", max_length=64)] = None,
 ) -> Response[list[_wire.SnapshotInfo]]:
-    """The key's snapshots, oldest first (of one sandbox, or of one name); `X-Next-Token` when more follow."""
+    """The key's snapshots, oldest first (of one sandbox, or of one name); `X-Next-Token` when more follow (a
+    place in the listing, not a snapshot: deleting one while paging loses nothing)."""
     found = activator.snapshots(owner, sandbox_id=sandbox_id or "", name=split_reference(name or "")[0])
-    start = 0
-    if next_token:
-        ids = [record.template_id for record in found]
-        if next_token not in ids:
-            raise InvalidRequest(f"nextToken {next_token!r} names no snapshot of this listing")
-        start = ids.index(next_token) + 1
-    page = found[start : start + limit]
-    more = start + limit < len(found)
-    headers = {"X-Next-Token": page[-1].template_id} if more and page else {}
-    return Response([_snapshot_info(record, DEFAULT_TAG) for record in page], headers=headers)
+    after = _decode_token(next_token) if next_token else None
+    if after is not None:
+        found = [record for record in found if (record.created_at, record.template_id) > after]
+    page = found[:limit]
+    headers = {"X-Next-Token": _token(page[-1])} if len(found) > limit else {}
+    builds = activator.template_builds
+    return Response([_snapshot_info(record, builds.newest_tag(record)) for record in page], headers=headers)
+
+
+def _token(record: TemplateRecord) -> str:
+    return f"{record.created_at!r}~{record.template_id}"
+
+
+def _decode_token(token: str) -> tuple[float, str]:
+    created_at, _, template_id = token.partition("~")
+    try:
+        return float(created_at), template_id
+    except ValueError:
+        raise InvalidRequest(f"nextToken {token!r} is not one this listing gave") from None
 
 
 def _snapshot_info(record: TemplateRecord, tag: str) -> _wire.SnapshotInfo:
-    """E2B's answer: the reference `Sandbox.create` takes, and the template's names (tags, not only `tag`)."""
+    """E2B's answer: the reference `Sandbox.create` takes (`tag`'s), and the template's names (each tag's)."""
     tags = sorted(record.tags, key=lambda t: (t != tag, t))
     return _wire.SnapshotInfo(snapshot_id=f"{record.name}:{tag}", names=[f"{record.name}:{t}" for t in tags])
 

@@ -32,7 +32,7 @@ from pool._local._launcher import EXECUTOR_LOG, ROOT_MOUNTPOINT, launch
 from pool._local._netns import NetnsSocketFactory
 from pool._local._orphans import reap_orphans
 from pool._local._sandbox import Sandbox, load_sandbox, tree_size
-from pool._local._sandbox_files import SandboxFiles
+from pool._local._sandbox_files import SandboxFiles, unlink_beneath
 from pool._local._seccomp import seccomp_filter
 from pool._local._slots import SlotAllocator
 from pool._local._snapshots import snapshot_bytes
@@ -278,28 +278,44 @@ class LocalSandboxes:
         self._disks.attach(box.directory)
         upper = box.directory / "upper"
         self._files.take_back(upper, box.layers())
-        (upper / EXECUTOR_LOG.lstrip("/")).unlink(missing_ok=True)
+        unlink_beneath(upper, EXECUTOR_LOG.lstrip("/"))
         return upper.resolve(), host_id_base(box.slot)  # on the sandbox's own filesystem, where it has one
 
-    def copy_writable_layer(self, sandbox_id: str, into: Path) -> int:
+    def pinned_layers(self) -> set[Path]:
+        """Every layer a sandbox directory of this runtime stands on (blocking, small): running, starting,
+        snapshotted, and the build sandboxes'."""
+        pinned: set[Path] = set()
+        for directory in self._root.iterdir():
+            with contextlib.suppress(OSError, msgspec.DecodeError):
+                pinned.update(
+                    Path(p) for p in msgspec.json.decode((directory / "layers.json").read_bytes(), type=list[str])
+                )
+        return pinned
+
+    def copy_writable_layer(self, sandbox_id: str, into: Path) -> tuple[int, list[Path]]:
         """Copy the running sandbox's writable layer to `into` (blocking), the sandbox frozen meanwhile so that
         the copy is of one moment, then clear the copy of what this machine put in it (`take_writable_layer`);
-        the host id the sandbox's root has. SandboxGone when it does not run."""
+        the host id the sandbox's root has, and the layers it stands on. SandboxGone when it does not run."""
         box = self._running(sandbox_id)
-        was_frozen = box.cgroup.is_frozen()
-        box.cgroup.freeze()
         try:
-            upper = (box.directory / "upper").resolve()  # on the sandbox's own filesystem, where it has one
-            subprocess.run(["cp", "-a", "--", str(upper), str(into)], check=True, capture_output=True)
+            was_frozen = box.cgroup.is_frozen()
+            try:
+                box.cgroup.freeze()
+                upper = (box.directory / "upper").resolve()  # on the sandbox's own filesystem, where it has one
+                subprocess.run(["cp", "-a", "--", str(upper), str(into)], check=True, capture_output=True)
+            finally:
+                if not was_frozen:
+                    with contextlib.suppress(OSError):  # its pid 1 died meanwhile: its cgroup is gone
+                        box.cgroup.thaw()
+            layers = box.layers()
+            self._files.take_back(into, layers)
+            unlink_beneath(into, EXECUTOR_LOG.lstrip("/"))
         except subprocess.CalledProcessError as exc:
             why = exc.stderr.decode(errors="replace").strip()
             raise RuntimeFailure(f"the files of sandbox {sandbox_id} could not be copied: {why}") from exc
-        finally:
-            if not was_frozen:
-                box.cgroup.thaw()
-        self._files.take_back(into, box.layers())
-        (into / EXECUTOR_LOG.lstrip("/")).unlink(missing_ok=True)
-        return host_id_base(box.slot)
+        except OSError as exc:
+            raise RuntimeFailure(f"the files of sandbox {sandbox_id} could not be copied: {exc}") from exc
+        return host_id_base(box.slot), layers
 
     def _running(self, sandbox_id: str) -> Sandbox:
         box = self._sandboxes.get(sandbox_id)

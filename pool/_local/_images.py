@@ -106,11 +106,14 @@ class ImageStore:
     def is_built(self, template: Template) -> bool:
         return all((self._layers / key).is_dir() for key, _ in self.plan(template))
 
-    def plan(self, template: Template) -> list[tuple[str, Layer | None]]:
-        """(key, definition) bottom-up; `None` stands for the executor layer on top."""
+    def plan(self, template: Template, *, generation: int | None = None) -> list[tuple[str, Layer | None]]:
+        """(key, definition) bottom-up, at the template's refresh `generation` (default: its current one); `None`
+        stands for the executor layer on top."""
         plan: list[tuple[str, Layer | None]] = []
         digest = hashlib.sha256(_BUILDER_VERSION)
-        if generation := self.generation(template.name):  # 0 leaves the keys as they always were
+        if generation is None:
+            generation = self.generation(template.name)
+        if generation:  # 0 leaves the keys as they always were
             digest.update(b"refresh %d" % generation)
         for layer in template.layers:
             digest.update(msgspec.json.encode(layer))
@@ -145,6 +148,10 @@ class ImageStore:
                     self._build_one(layer, target, built, base=base, registry=registry, log=log)
                 built.append(target)
         return built[::-1]
+
+    def layer_path(self, key: str) -> Path:
+        """Where the layer `key` is (or would be)."""
+        return self._layers / key
 
     def remove(self, keys: list[str]) -> None:
         """Delete these layers (blocking): moved aside in one rename each, then removed, so no sandbox start sees

@@ -14,11 +14,11 @@ millisecond per start, and change no template layer (those are content-hashed an
 
 from __future__ import annotations
 
-import contextlib
 import os
+import stat
 from pathlib import Path
 
-__all__ = ["SandboxFiles"]
+__all__ = ["SandboxFiles", "unlink_beneath"]
 
 _BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 _PROFILE = """# Written by agent-sandbox: tools that carry their own CA list use the system's, which has the host's CAs.
@@ -50,15 +50,12 @@ class SandboxFiles:
 
     def take_back(self, upper: Path, layers: list[Path]) -> None:
         """Remove from `upper` what `write` put there and the sandbox left as it was: a build sandbox's writable
-        layer becomes a template layer, which must not carry this machine's DNS address or CAs."""
+        layer becomes a template layer, which must not carry this machine's DNS address or CAs. `upper` is the
+        sandbox's to shape: no link in it is followed (`unlink_beneath`)."""
         for relative, content in self._contents(layers).items():
-            path = upper / relative
-            with contextlib.suppress(OSError):
-                if not path.is_symlink() and path.read_bytes() == content:
-                    path.unlink()
-        link = upper / _PYTHON_LINK
-        if _needs_python_link(layers) and link.is_symlink() and os.readlink(link) == "/usr/bin/python3":
-            link.unlink()
+            unlink_beneath(upper, relative, content=content)
+        if _needs_python_link(layers):
+            unlink_beneath(upper, _PYTHON_LINK, link_to="/usr/bin/python3")
 
     def _contents(self, layers: list[Path]) -> dict[str, bytes]:
         files: dict[str, bytes] = {
@@ -112,3 +109,34 @@ def _write(upper: Path, relative: str, content: bytes, owner: int) -> None:
     target.write_bytes(content)
     os.chown(target, owner, owner)
     target.chmod(0o644)
+
+
+def unlink_beneath(root: Path, relative: str, *, content: bytes | None = None, link_to: str | None = None) -> None:
+    """Remove `root/relative` if it is a regular file (holding `content`, when given) or a symbolic link (to
+    `link_to`, when given), following no link on the way: a sandbox's files are its own to shape, and host root
+    must not reach through a link of theirs to the host's. Whatever is not there, or not that, stays."""
+    *parents, name = Path(relative).parts
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        for part in parents:
+            fds.append(os.open(part, flags, dir_fd=fds[-1]))
+        where = fds[-1]
+        mode = os.stat(name, dir_fd=where, follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            wanted = content is None and (link_to is None or os.readlink(name, dir_fd=where) == link_to)
+        else:
+            wanted = stat.S_ISREG(mode) and link_to is None and (content is None or _holds(where, name, content))
+        if wanted:
+            os.unlink(name, dir_fd=where)
+    except OSError:  # not there, or a link or something else on the way
+        return
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _holds(directory_fd: int, name: str, content: bytes) -> bool:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(len(content) + 1) == content

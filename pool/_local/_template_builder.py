@@ -117,26 +117,47 @@ class LocalTemplateBuilder:
 
     async def snapshot_files(self, sandbox_id: str, template: Template, name: str) -> Template:
         """`pool.TemplateBuilder`: the sandbox's writable layer copied (frozen meanwhile) and committed as the
-        `SnapshotLayer` on top of `template`'s layers, in the image cache like any layer."""
-        sandboxes, pool = self._sandboxes, self._sandboxes.workers.snapshots
-        layer = SnapshotLayer(id=uuid.uuid4().hex)
-        snapshot = msgspec.structs.replace(template, name=name, layers=(*template.layers, layer))
-        key, _ = sandboxes.images.plan(snapshot)[-2]  # the executor layer is the last
-        scratch = sandboxes.images.scratch()
+        `SnapshotLayer` on top of `template`'s layers, in the image cache like any layer. The layers below are
+        the ones the sandbox stands on: those of `template` at the refresh generation it was started at."""
+        sandboxes, images, pool = self._sandboxes, self._sandboxes.images, self._sandboxes.workers.snapshots
+        snapshot = msgspec.structs.replace(
+            template, name=name, layers=(*template.layers, SnapshotLayer(id=uuid.uuid4().hex))
+        )
+        scratch = images.scratch()
         try:
             upper = scratch / "upper"
-            id_base = await sandboxes.workers.run(pool, sandboxes.copy_writable_layer, sandbox_id, upper)
-            await sandboxes.workers.run(pool, sandboxes.images.commit, key, upper, id_base)
+            id_base, pinned = await sandboxes.workers.run(pool, sandboxes.copy_writable_layer, sandbox_id, upper)
+            stood_on = {layer.name for layer in pinned}
+            generation = next(
+                (g for g in range(images.generation(template.name), -1, -1)
+                 if all(key in stood_on for key, _ in images.plan(template, generation=g)[:-1])),
+                None,
+            )  # fmt: skip
+            if generation is None:
+                raise RuntimeFailure(
+                    f"sandbox {sandbox_id} stands on layers its template {template.name!r} no longer has"
+                )
+            if generation:
+                images.record_refresh({name: generation})
+            key, _ = images.plan(snapshot)[-2]  # the executor layer is the last
+            await sandboxes.workers.run(pool, images.commit, key, upper, id_base)
+            await sandboxes.workers.run(pool, images.build, snapshot, lambda _line: None)  # its executor layer
         finally:
             await sandboxes.workers.run(pool, shutil.rmtree, scratch, True)
         return snapshot
 
     async def drop_snapshot_files(self, template: Template) -> None:
         """`pool.TemplateBuilder`: the directory of the template's own snapshot layer goes from the image cache."""
-        images = self._sandboxes.images
+        sandboxes, images = self._sandboxes, self._sandboxes.images
         key, layer = images.plan(template)[-2]  # the executor layer is the last
-        if isinstance(layer, SnapshotLayer):
-            await self._sandboxes.workers.run(self._sandboxes.workers.snapshots, images.remove, [key])
+        if not isinstance(layer, SnapshotLayer):
+            return
+
+        def remove_unless_pinned() -> None:
+            if images.layer_path(key) not in sandboxes.pinned_layers():  # a sandbox still starting stands on it
+                images.remove([key])
+
+        await sandboxes.workers.run(sandboxes.workers.snapshots, remove_unless_pinned)
 
     async def _host_layers(
         self, template: Template, count: int, log: BuildLog, registry: RegistryLogin | None = None
