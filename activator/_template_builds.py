@@ -225,7 +225,7 @@ class TemplateBuilds:
         kept = {layer.id for t in [*in_use(), *self._catalog.tagged()] for layer in t.layers if _is_snapshot(layer)}
         for build in builds:
             own = build.template.layers[-1] if build.template else None
-            if isinstance(own, SnapshotLayer) and own.id not in kept and build.template is not None:
+            if build.template is not None and isinstance(own, SnapshotLayer) and own.id not in kept:
                 try:
                     await self._builder.drop_snapshot_files(build.template)
                 except (OSError, PoolError) as exc:  # what refers to them is gone all the same; the files stay

@@ -39,11 +39,11 @@ from pool._local._snapshots import snapshot_bytes
 from pool._local._syscalls import set_child_subreaper
 from pool._local._userns import IDS_PER_SANDBOX, host_id_base
 from pool._local._workers import Workers
-from pool._runtime import EgressRules, SandboxSpec, SandboxStats, SnapshotInfo
+from pool._runtime import EgressRules, SandboxSpec, SandboxStats, SnapshotInfo, SnapshotKind
 from pool._template_start import bring_up
 from pool._templates import Resources
 
-__all__ = ["LocalRuntimeSettings", "LocalSandboxes", "crash_reason", "record_files_snapshot"]
+__all__ = ["LocalRuntimeSettings", "LocalSandboxes", "crash_reason", "record_snapshot"]
 
 ExitListener = Callable[[str, str], Awaitable[None]]  # (sandbox id, why it ended)
 _log = logging.getLogger("pool.local")
@@ -227,7 +227,7 @@ class LocalSandboxes:
         if sandbox_id in self._sandboxes or sandbox_id in self._snapshots:  # started or killed and made again
             return
         try:
-            self._snapshots[sandbox_id] = await self.workers.run(self.workers.lifecycle, record_files_snapshot, box)
+            self._snapshots[sandbox_id] = await self.workers.run(self.workers.lifecycle, record_snapshot, box)
         except OSError:  # killed meanwhile: its directory is gone
             return
         if not box.directory.is_dir():
@@ -388,9 +388,9 @@ class LocalSandboxes:
                 root.rmdir()
 
 
-def record_files_snapshot(box: Sandbox) -> SnapshotInfo:
-    """Record a stopped sandbox's files as its snapshot (blocking)."""
-    info = SnapshotInfo(kind="filesystem", seconds=0.0, image_bytes=snapshot_bytes(box.directory))
+def record_snapshot(box: Sandbox, kind: SnapshotKind = "filesystem", seconds: float = 0.0) -> SnapshotInfo:
+    """Write down what a stopped sandbox's snapshot holds, with its size (blocking); by default its files only."""
+    info = SnapshotInfo(kind=kind, seconds=seconds, image_bytes=snapshot_bytes(box.directory))
     box.set_snapshot_info(info)
     return info
 

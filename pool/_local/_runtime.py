@@ -23,11 +23,11 @@ import msgspec
 
 from pool._errors import CheckpointFailed, RuntimeFailure, SandboxGone
 from pool._local._census import foreign_processes
-from pool._local._core import LocalRuntimeSettings, LocalSandboxes, crash_reason, record_files_snapshot
+from pool._local._core import LocalRuntimeSettings, LocalSandboxes, crash_reason, record_snapshot
 from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
 from pool._local._sandbox import Sandbox, load_sandbox
-from pool._local._snapshots import CriuSupport, drop_image, settle, snapshot_bytes
+from pool._local._snapshots import CriuSupport, drop_image, settle
 from pool._local._template_builder import LocalTemplateBuilder
 from pool._runtime import (
     BuildLog,
@@ -74,7 +74,7 @@ class LocalRuntime(LocalSandboxes):
         return await self._builder.snapshot_files(sandbox_id, template, name)
 
     async def drop_snapshot_files(self, template: Template) -> None:
-        """`pool.TemplateBuilder`: the template's snapshot layers leave the image cache (`_template_builder`)."""
+        """`pool.TemplateBuilder`: the template's own snapshot layer leaves the image cache (`_template_builder`)."""
         await self._builder.drop_snapshot_files(template)
 
     async def criu_trial(self) -> None:
@@ -155,7 +155,9 @@ class LocalRuntime(LocalSandboxes):
         del self._sandboxes[sandbox_id]
         await self.workers.run(self.workers.lifecycle, self._teardown, box, True)
         seconds = time.monotonic() - started
-        info = self._snapshots[sandbox_id] = await self.workers.run(self.workers.snapshots, _record, box, kind, seconds)
+        info = self._snapshots[sandbox_id] = await self.workers.run(
+            self.workers.snapshots, record_snapshot, box, kind, seconds
+        )
         _log.info("sandbox %s: snapshot (%s) in %.0f ms, %d bytes", sandbox_id, kind, seconds * 1000, info.image_bytes)
         return info
 
@@ -318,7 +320,7 @@ class LocalRuntime(LocalSandboxes):
             missing = [str(path) for path in (box.directory / "upper", *box.layers()) if not path.is_dir()]
             if missing:
                 raise RuntimeFailure(f"it cannot start again, {', '.join(missing)} missing")
-            files = record_files_snapshot(box)
+            files = record_snapshot(box)
         except (RuntimeFailure, OSError) as exc:  # the disk full, a damaged image: it is lost, as before
             _log.warning("sandbox %s: its pid 1 ended while no server ran; not kept: %s", box.sandbox_id, exc)
             return 0
@@ -344,11 +346,4 @@ def _downgrade(box: Sandbox) -> SnapshotInfo:
     """A memory image that cannot (or must not) be restored is dropped: the snapshot keeps the sandbox's files only."""
     drop_image(box.directory)
     recorded = box.snapshot_info()
-    return _record(box, "filesystem", recorded.seconds if recorded else 0.0)
-
-
-def _record(box: Sandbox, kind: SnapshotKind, seconds: float) -> SnapshotInfo:
-    """Write down what the snapshot holds, with its size (blocking)."""
-    info = SnapshotInfo(kind=kind, seconds=seconds, image_bytes=snapshot_bytes(box.directory))
-    box.set_snapshot_info(info)
-    return info
+    return record_snapshot(box, "filesystem", recorded.seconds if recorded else 0.0)

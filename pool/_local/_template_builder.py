@@ -137,8 +137,8 @@ class LocalTemplateBuilder:
                 raise RuntimeFailure(
                     f"sandbox {sandbox_id} stands on layers its template {template.name!r} no longer has"
                 )
-            if generation:
-                images.record_refresh({name: generation})
+            if generation:  # under the cache's lock, which a build elsewhere may hold for minutes: not on the loop
+                await sandboxes.workers.run(pool, images.record_refresh, {name: generation})
             key, _ = images.plan(snapshot)[-2]  # the executor layer is the last
             await sandboxes.workers.run(pool, images.commit, key, upper, id_base)
             await sandboxes.workers.run(pool, images.build, snapshot, lambda _line: None)  # its executor layer
