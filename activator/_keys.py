@@ -90,14 +90,14 @@ class ApiKeys:
 
     async def check(self, raw: str, client: str | None) -> str | None:
         """`verify` for a request from the address `client`, within its sign-in limit (`_signin`): TooManySignIns
-        (429) while the address failed too often lately, whatever `raw` is. None: an address we do not know
-        (the check is not limited). A right key then waits for its turn (`_pacing`)."""
-        if client is None:
-            return await self.verify(raw)
-        self._signin.attempt(client)
+        (429) while the address failed too often lately, whatever `raw` is; `client` None is an address we do
+        not know (no sign-in limit). A right key then waits for its turn, whatever the address (`_pacing`)."""
+        if client is not None:
+            self._signin.attempt(client)
         owner = await self.verify(raw)
         if owner is not None:
-            self._signin.succeeded(client)
+            if client is not None:
+                self._signin.succeeded(client)
             await self._pacer.admit(owner)  # TooManyRequests (429) when its turn is too far off
         return owner
 

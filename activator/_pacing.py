@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from activator._errors import TooManyRequests
 
@@ -25,15 +25,21 @@ class RequestPacer:
     """The next start time of each key's requests (event loop only: no awaits before it is updated)."""
 
     def __init__(
-        self, per_second: float, *, max_wait: float = 10.0, clock: Callable[[], float] = time.monotonic
+        self,
+        per_second: float,
+        *,
+        max_wait: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         """`per_second` requests a key may make a second, on average; 0 turns the pacing off."""
         if per_second < 0:
             raise ValueError(f"the request rate must be 0 (off) or more a second, not {per_second}")
         self._interval = 1 / per_second if per_second else 0.0
-        self._burst = 2 * per_second * self._interval  # seconds of credit: twice `per_second` at once
+        self._burst = 2.0 if per_second else 0.0  # seconds of credit: two seconds' requests at once
         self._max_wait = max_wait
         self._clock = clock
+        self._sleep = sleep
         self._next: dict[str, float] = {}  # key id -> when its next request may start without waiting
 
     async def admit(self, key_id: str) -> None:
@@ -48,4 +54,4 @@ class RequestPacer:
             raise TooManyRequests(f"too many requests with this API key: retry in {retry_after} s", retry_after)
         self._next[key_id] = due + self._interval
         if wait > 0:
-            await asyncio.sleep(wait)
+            await self._sleep(wait)

@@ -1,11 +1,11 @@
 """Running a file operation (`_fs_ops`) with the rights of the user a request names.
 
-Root's operations run in the executor itself. Anyone else's run in a helper process (`_fs_worker`):
-`python3 -I -S` started as that user, with its uid, gid and supplementary groups exactly as `_spawn`
-starts its commands, so the kernel checks every permission, every step of a path, every symbolic link
-and every /proc link as it does for a shell of that user (EACCES is `PermissionDenied`: 403, or
-`permission_denied` over Connect). Where the executor itself is not root it cannot change user, and
-everything runs with its own rights.
+Root's operations run in the executor itself, in a thread (a big remove or listing must not stall its loop).
+Anyone else's run in a helper process (`_fs_worker`): `python3 -I -S` started as that user, with its uid, gid
+and supplementary groups exactly as `_spawn` starts its commands, so the kernel checks every permission, every
+step of a path, every symbolic link and every /proc link as it does for a shell of that user (EACCES is
+`PermissionDenied`: 403, or `permission_denied` over Connect). Where the executor itself is not root it cannot
+change user, and everything runs with its own rights.
 
 Why processes: credentials are per thread in the kernel, but glibc's setgroups() (what os.setgroups
 calls) changes every thread of the process; and a thread of pid 1, whatever its fsuid, is pid 1 to
@@ -75,7 +75,7 @@ class AsUser:
     async def run(self, user: User, op: Callable[..., T], *args: Any) -> T:
         """`op(*args)` with the rights of `user`: its result, or the ExecutorError it raised."""
         pool = self._pool(user)
-        return op(*args) if pool is None else await pool.run(op, args)
+        return await asyncio.to_thread(op, *args) if pool is None else await pool.run(op, args)
 
     def prepare(self, name: str) -> None:
         """Start a helper for the user called `name` unless it has one (or needs none, or does not exist)."""

@@ -135,10 +135,15 @@ def _walk(shown: str, real: str, depth: int, entries: list[EntryInfo]) -> None:
 def remove(path: str) -> None:
     """Like envd's `os.RemoveAll`: a whole tree, a link (not what it points to), and nothing to remove is fine."""
     with os_errors(f"error removing file or directory '{path}'"), contextlib.suppress(FileNotFoundError):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        _remove_entry(path)
+
+
+def _remove_entry(path: str) -> None:
+    """A directory with everything in it, or one file or link (not what it points to)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
 
 
 def check_directory(path: str, recursive: bool) -> list[Directory]:
@@ -397,10 +402,7 @@ def agent_remove(path: str, recursive: bool) -> None:
     with os_errors(f"error removing '{path}'"):
         if kind == stat_module.S_IFDIR and not recursive and os.listdir(path):
             raise InvalidArgument(f"directory is not empty (use recursive=true): {path}")
-        if kind == stat_module.S_IFDIR:
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        _remove_entry(path)
 
 
 def agent_move(source: str, target: str, overwrite: bool, uid: int, gid: int) -> None:

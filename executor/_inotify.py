@@ -69,7 +69,7 @@ class Watcher:
         root: Directory,
         directories: list[Directory],
         on_events: Callable[[list[FsEvent]], None],
-        on_error: Callable[[str], None],
+        on_error: Callable[[str, type[ExecutorError]], None],
         expand: Expand | None = None,
     ) -> None:
         self._root = root.path
@@ -139,7 +139,7 @@ class Watcher:
         try:
             allowed = {(directory.device, directory.inode) for directory in await self._expand(paths)}
         except ExecutorError as exc:
-            self._on_error(f"error watching new subdirectories: {exc.message}")
+            self._on_error(f"error watching new subdirectories: {exc.message}", type(exc))
             return
         if self._fd < 0:
             return
@@ -169,13 +169,15 @@ class Watcher:
             name = os.fsdecode(data[offset + _HEADER.size : offset + _HEADER.size + size].rstrip(b"\0"))
             offset += _HEADER.size + size
             if mask & IN_Q_OVERFLOW:
-                self._on_error("too many filesystem events: the inotify queue overflowed")
+                self._on_error("too many filesystem events: the inotify queue overflowed", ExecutorError)
                 return
             self._held.get(wd, events).extend(self._translate(wd, mask, name, new))
         if new:
             self._hold_new(new)
         if sum(len(waiting) for waiting in self._held.values()) > MAX_HELD:
-            self._on_error(f"more than {MAX_HELD} filesystem events wait for the check of new subdirectories")
+            self._on_error(
+                f"more than {MAX_HELD} filesystem events wait for the check of new subdirectories", ExecutorError
+            )
             return
         if events:
             self._on_events(events)

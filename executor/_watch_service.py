@@ -80,16 +80,16 @@ class _Collected:
         """Give the waiting events their entries, in order; each call to the helper takes all that came meanwhile."""
         while self._unread and self._error is None:
             batch, self._unread = self._unread, []
+            paths = list(dict.fromkeys(path for _, path, _ in batch))  # a write is many events of one path
             try:
-                found = await self._as_user.run(self._user, entries, [path for _, path, _ in batch])
-                if len(found) != len(batch):
-                    raise Internal(f"the file helper sent {len(found)} entries for {len(batch)} events")
+                found = await self._as_user.run(self._user, entries, paths)
+                if len(found) != len(paths):
+                    raise Internal(f"the file helper sent {len(found)} entries for {len(paths)} paths")
             except ExecutorError as exc:
                 self._fail(f"error reading the entries of filesystem events: {exc.message}", type(exc))
                 return
-            self._events.extend(
-                FilesystemEvent(name, kind, entry) for (name, _, kind), entry in zip(batch, found, strict=True)
-            )
+            entry_of = dict(zip(paths, found, strict=True))
+            self._events.extend(FilesystemEvent(name, kind, entry_of[path]) for name, path, kind in batch)
             self.changed.set()
 
     async def _expand(self, paths: list[str]) -> list[Directory]:

@@ -149,7 +149,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             first = shaking.send(None)
         except StopIteration:
             return
-        self._handshake = self.loop.create_task(_continued(shaking, first))
+        self._handshake = self.loop.create_task(_rest_of(shaking, first))
 
     async def _start_tls(self, raw: asyncio.Transport) -> None:
         assert self.tls is not None
@@ -275,6 +275,11 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
             if self.on_lost is not None:
                 self.on_lost()
                 self.on_lost = None
+
+
+async def _rest_of(coroutine: Coroutine[Any, Any, None], pending: Any) -> None:
+    """`_continued` as a coroutine a task accepts (since Python 3.12 `create_task` refuses generator-based ones)."""
+    await _continued(coroutine, pending)
 
 
 @types.coroutine

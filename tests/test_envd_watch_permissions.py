@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from e2b import FilesystemEvent, Sandbox, WatchHandle
@@ -34,6 +35,16 @@ def tree(envd: Envd) -> Iterator[str]:
     as_root(sandbox, f"rm -rf {top}")
 
 
+@contextmanager
+def watching(sandbox: Sandbox, tree: str, user: str, **options: bool) -> Iterator[WatchHandle]:
+    """A recursive watch of `tree` as `user`, stopped when the block ends."""
+    handle = sandbox.files.watch_dir(tree, recursive=True, user=user, **options)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
 def events_until(handle: WatchHandle, name: str) -> list[FilesystemEvent]:
     """The events `handle` reports up to the first one named `name`."""
     seen: list[FilesystemEvent] = []
@@ -48,20 +59,16 @@ def events_until(handle: WatchHandle, name: str) -> list[FilesystemEvent]:
 
 def test_a_users_recursive_watch_leaves_out_what_it_may_not_list(envd: Envd, tree: str) -> None:
     sandbox = envd.sandbox()
-    handle = sandbox.files.watch_dir(tree, recursive=True, user="user")
-    try:
+    with watching(sandbox, tree, "user") as handle:
         as_root(sandbox, f"echo x > {tree}/secret/hidden.txt && echo x > {tree}/secret/inner/deeper.txt")
         sandbox.files.write(f"{tree}/open/seen.txt", "x", user="user")
         names = {event.name for event in events_until(handle, "open/seen.txt")}
         assert not {name for name in names if name.startswith("secret/")}
-    finally:
-        handle.stop()
 
 
 def test_a_subdirectory_made_later_is_watched_only_if_the_user_may_list_it(envd: Envd, tree: str) -> None:
     sandbox = envd.sandbox()
-    handle = sandbox.files.watch_dir(tree, recursive=True, user="user")
-    try:
+    with watching(sandbox, tree, "user") as handle:
         as_root(sandbox, f"mkdir -m 700 {tree}/late && mkdir -m 755 {tree}/public")
         as_root(sandbox, f"echo x > {tree}/public/probe.txt")
         events_until(handle, "public/probe.txt")  # `public` is watched, so the look at both is over
@@ -70,21 +77,16 @@ def test_a_subdirectory_made_later_is_watched_only_if_the_user_may_list_it(envd:
         names = {event.name for event in events_until(handle, "open/mine.txt")}
         assert "public/seen.txt" in names
         assert not {name for name in names if name.startswith("late/")}
-    finally:
-        handle.stop()
 
 
 def test_roots_recursive_watch_still_sees_everything(envd: Envd, tree: str) -> None:
     sandbox = envd.sandbox()
-    handle = sandbox.files.watch_dir(tree, recursive=True, user="root")
-    try:
+    with watching(sandbox, tree, "root") as handle:
         as_root(sandbox, f"mkdir -m 700 {tree}/late")
         as_root(sandbox, f"echo x > {tree}/secret/inner/deeper.txt")
         events_until(handle, "secret/inner/deeper.txt")
         as_root(sandbox, f"echo x > {tree}/late/seen.txt")
         events_until(handle, "late/seen.txt")
-    finally:
-        handle.stop()
 
 
 @pytest.mark.parametrize(("user", "metadata"), [("user", {}), ("root", {"k": "v"})])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from executor import _fs_ops
-from executor._errors import InvalidArgument
+from executor._errors import ExecutorError, InvalidArgument
 from executor._inotify import FsEvent, Watcher
 
 
@@ -50,7 +50,7 @@ def test_a_directory_replaced_after_the_check_is_not_watched(tmp_path: Path) -> 
             if any(name == "last" for name, _, _ in batch):
                 arrived.set()
 
-        watcher = Watcher(top, [sub], on_events, pytest.fail)
+        watcher = Watcher(top, [sub], on_events, _broken)
         try:
             (tmp_path / "sub" / "inside").write_text("x")
             (tmp_path / "checked" / "inside").write_text("x")
@@ -88,7 +88,7 @@ def test_a_new_subdirectorys_events_wait_for_the_users_look_and_go_if_it_may_not
                 changed.clear()
                 await asyncio.wait_for(changed.wait(), 10)
 
-        watcher = Watcher(top, [], on_events, pytest.fail, expand)
+        watcher = Watcher(top, [], on_events, _broken, expand)
         try:
             (tmp_path / "new").mkdir()
             await until("new")  # reported at once, and `new` is watched from here on
@@ -106,3 +106,8 @@ def test_a_new_subdirectorys_events_wait_for_the_users_look_and_go_if_it_may_not
         return names
 
     assert ("new/inside" in asyncio.run(scenario())) is allowed
+
+
+def _broken(message: str, kind: type[ExecutorError]) -> None:
+    """A watcher's `on_error`: here the watch must never break."""
+    pytest.fail(f"{kind.__name__}: {message}")
