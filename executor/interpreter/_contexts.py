@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -142,8 +143,12 @@ class Contexts:
             self._defaults[language] = asyncio.create_task(self.create(language, None))
             self._defaults[language].add_done_callback(_log_failure)
 
-    def infos(self) -> list[ContextInfo]:
-        """Every context, defaults included, in creation order."""
+    async def infos(self) -> list[ContextInfo]:
+        """Every context, defaults included (those still starting are waited for, as E2B lists its defaults
+        from the start), in creation order."""
+        starting = [task for task in self._defaults.values() if not task.done()]
+        if starting:
+            await asyncio.wait(starting)  # which never cancels them, even when this request is
         return [context.info for context in self._contexts.values()]
 
     def submit(self, context: Context, code: str, env: Mapping[str, str], sink: Sink, stop: asyncio.Event) -> None:
@@ -168,10 +173,21 @@ class Contexts:
 
 
 def _directory(path: str) -> str:
-    """`path` when it is a directory (one stat: cheap enough for the event loop)."""
+    """`path` when it is a directory the service's user (the kernels' user) may enter; a few syscalls,
+    cheap enough for the event loop. Checked here so that a bad cwd is the client's 400, not a kernel's 500."""
     if not os.path.isdir(path):
         raise BadRequest(f"cwd {path!r} is not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        user = _user_name()
+        raise BadRequest(f"cwd {path!r} is not a directory the user {user!r} may enter (code runs as {user!r})")
     return path
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
 
 
 def _log_failure(task: asyncio.Task[Context]) -> None:

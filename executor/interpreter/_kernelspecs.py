@@ -20,11 +20,15 @@ __all__ = ("KERNELS", "kernel_environment", "write_kernel_specs")
 KERNELS = {"python": "python3", "bash": "bash"}
 """Language -> kernel spec name."""
 
+_STARTUP = Path(__file__).with_name("kernel_startup.py")
+"""What every Python kernel runs as it starts (charts, DataFrame data, figures whatever the backend)."""
+
 _SPECS: dict[str, dict[str, Any]] = {
     "python3": {
         "argv": [
             sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
             "--HistoryManager.hist_file=:memory:",  # no history database in the user's home
+            f"--IPKernelApp.exec_lines=__import__('runpy').run_path({str(_STARTUP)!r})",
         ],
         "display_name": "Python 3",
         "language": "python",

@@ -82,7 +82,9 @@ async def _serve(host: str, port: int, service: Service, contexts: Contexts, *, 
     if listener is None:
         return 1
     if prestart:
-        contexts.prestart("python")  # most executions are Python: have its kernel ready before the first one
+        # E2B's defaults, ready before the first execution and listed from the start
+        for language in ("python", "javascript"):
+            contexts.prestart(language)
     server = await loop.create_server(lambda: _Connection(service.handle), sock=listener)
     logger.info("listening on %s:%d", host, listener.getsockname()[1])
     await stop.wait()
@@ -103,5 +105,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--envd-port", type=int, default=ENVD_PORT, help=f"the executor's port, for /envs ({ENVD_PORT})"
     )
     parser.add_argument("--node", default="node", help="the Node.js binary for JavaScript contexts (node)")
-    parser.add_argument("--no-prestart", action="store_true", help="start the Python kernel on first use only")
+    parser.add_argument(
+        "--no-prestart", action="store_true", help="start the default Python and JavaScript contexts on first use only"
+    )
     return parser.parse_args(argv)

@@ -117,7 +117,7 @@ class Service:
         await response.send(200, _encoder.encode(context.info), JSON)
 
     async def _list(self, request: Request, response: Response) -> None:
-        infos: list[ContextInfo] = self._contexts.infos()
+        infos: list[ContextInfo] = await self._contexts.infos()
         await response.send(200, _encoder.encode(infos), JSON)
 
     async def _restart(self, context_id: str, response: Response) -> None:

@@ -1,0 +1,156 @@
+"""What E2B's code interpreter returns beyond text and PNG, through the real `e2b-code-interpreter` SDK.
+
+Charts (`Result.chart`, from E2B's own extractor), DataFrame data (`Result.data`), figures whatever the
+matplotlib backend, PIL images, the default contexts listed from the start, and contexts' working
+directories. One sandbox serves the module; the first test runs before any code, on purpose.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+from e2b import SandboxException
+from e2b_code_interpreter import Execution, Sandbox
+from e2b_code_interpreter.charts import (
+    BarChart,
+    BoxAndWhiskerChart,
+    ChartType,
+    LineChart,
+    PieChart,
+    ScatterChart,
+    SuperChart,
+)
+
+from tests.server_fixtures import RunningServer
+from tests.test_code_interpreter_sdk import ensure_interpreter
+
+
+@pytest.fixture(scope="module")
+def sbx(server: RunningServer) -> Iterator[Sandbox]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in server.e2b_env().items():
+            patch.setenv(name, value)
+        sandbox = Sandbox.create()
+        try:
+            ensure_interpreter(server, sandbox)
+            yield sandbox
+        finally:
+            sandbox.kill()
+
+
+def pngs(execution: Execution) -> list[bytes]:
+    return [base64.b64decode(result.png) for result in execution.results if result.png]
+
+
+def test_the_default_contexts_are_listed_before_any_code_ran(sbx: Sandbox) -> None:
+    contexts = sbx.list_code_contexts()
+    assert sorted(context.language for context in contexts) == ["javascript", "python"]
+    assert {context.cwd for context in contexts} == {"/home/user"}
+
+
+def test_a_line_chart_comes_back_with_its_data(sbx: Sandbox) -> None:
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [4, 5, 6], label='sales')\nplt.plot([1, 2, 3], [1, 0, 1], label='costs')\n"
+        "plt.title('Q1')\nplt.xlabel('month')\nplt.ylabel('amount (EUR)')\nplt.show()"
+    )
+    execution = sbx.run_code(code)
+    assert execution.error is None
+    [result] = execution.results
+    assert result.png is not None
+    chart = result.chart
+    assert isinstance(chart, LineChart)
+    assert chart.type == ChartType.LINE
+    assert chart.title == "Q1"
+    assert (chart.x_label, chart.y_label, chart.y_unit) == ("month", "amount (EUR)", "EUR")
+    assert [(element.label, element.points) for element in chart.elements] == [
+        ("sales", [(1.0, 4.0), (2.0, 5.0), (3.0, 6.0)]),
+        ("costs", [(1.0, 1.0), (2.0, 0.0), (3.0, 1.0)]),
+    ]
+
+
+def test_bar_scatter_pie_and_box_charts_are_recognised(sbx: Sandbox) -> None:
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "plt.figure(); plt.bar(['oslo', 'lima'], [3, 7]); plt.show()\n"
+        "plt.figure(); plt.scatter([1, 2], [3, 4], label='points'); plt.show()\n"
+        "plt.figure(); plt.pie([1, 3], labels=['a', 'b']); plt.show()\n"
+        "plt.figure(); plt.boxplot([[1, 2, 3, 4, 5], [2, 4, 6, 8, 10]], tick_labels=['x', 'y'], patch_artist=True)\n"
+        "plt.show()"
+    )
+    charts = [result.chart for result in sbx.run_code(code).results]
+    bar, scatter, pie, box = charts
+    assert isinstance(bar, BarChart)
+    assert [(element.label, element.value) for element in bar.elements] == [("oslo", 3.0), ("lima", 7.0)]
+    assert isinstance(scatter, ScatterChart)
+    assert scatter.elements[0].points == [(1.0, 3.0), (2.0, 4.0)]
+    assert isinstance(pie, PieChart)
+    assert [(element.label, element.angle) for element in pie.elements] == [("a", 90.0), ("b", 270.0)]
+    assert isinstance(box, BoxAndWhiskerChart)
+    assert [(e.label, e.min, e.median, e.max) for e in box.elements] == [("x", 1.0, 3.0, 5.0), ("y", 2.0, 6.0, 10.0)]
+
+
+def test_a_figure_with_several_axes_is_a_superchart(sbx: Sandbox) -> None:
+    code = (
+        "import matplotlib.pyplot as plt\nfig, (left, right) = plt.subplots(1, 2)\nfig.suptitle('both')\n"
+        "left.plot([1, 2], [2, 1])\nright.bar(['a'], [1])\nplt.show()"
+    )
+    chart = sbx.run_code(code).results[0].chart
+    assert isinstance(chart, SuperChart)
+    assert chart.title == "both"
+    assert [type(element) for element in chart.elements] == [LineChart, BarChart]
+
+
+def test_a_dataframe_comes_back_as_data_by_column(sbx: Sandbox) -> None:
+    code = (
+        "import pandas as pd, numpy as np\n"
+        "days = pd.to_datetime(['2024-01-01', '2024-01-02'])\n"
+        "pd.DataFrame({'city': ['Oslo', 'Lima'], 'n': [1, np.nan], 'day': days})"
+    )
+    [result] = sbx.run_code(code).results
+    assert result.is_main_result
+    assert result.data == {
+        "city": ["Oslo", "Lima"],
+        "n": [1.0, None],
+        "day": ["2024-01-01T00:00:00", "2024-01-02T00:00:00"],
+    }
+    assert result.html is not None  # the other formats stay
+
+
+def test_figures_come_back_after_switching_to_agg(sbx: Sandbox) -> None:
+    context = sbx.create_code_context()  # the backend switch stays in this context
+    code = (
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.figure(); plt.plot([1, 2], [3, 4]); plt.show()\n"
+        "plt.figure(); plt.bar(['a', 'b'], [1, 2]); plt.savefig('/tmp/bars.png')"
+    )
+    execution = sbx.run_code(code, context=context)
+    assert execution.error is None
+    assert execution.logs.stderr == []  # no "FigureCanvasAgg is non-interactive" warning
+    assert [type(result.chart) for result in execution.results] == [LineChart, BarChart]
+    assert all(png.startswith(b"\x89PNG") for png in pngs(execution))
+    assert len(pngs(execution)) == 2
+    assert sbx.files.read("/tmp/bars.png", format="bytes").startswith(b"\x89PNG")
+    assert sbx.run_code("plt.get_fignums()", context=context).text == "[]"  # shown figures are closed
+
+
+def test_a_saved_pil_image_is_displayed(sbx: Sandbox) -> None:
+    execution = sbx.run_code("from PIL import Image\nImage.new('RGB', (8, 4), 'red').save('/tmp/red.png')")
+    assert execution.error is None
+    [png] = pngs(execution)
+    assert png.startswith(b"\x89PNG")
+    assert sbx.files.read("/tmp/red.png", format="bytes").startswith(b"\x89PNG")
+
+
+def test_a_context_runs_in_any_directory_the_user_may_enter(sbx: Sandbox) -> None:
+    sbx.files.make_dir("/tmp/project/data")
+    context = sbx.create_code_context(cwd="/tmp/project/data")
+    assert sbx.run_code("import os; os.getcwd()", context=context).text == "/tmp/project/data"
+    sbx.remove_code_context(context)
+
+
+def test_a_directory_the_user_may_not_enter_is_a_clear_400(sbx: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="400 Bad Request: cwd '/root' is not a directory the user 'user' may"):
+        sbx.create_code_context(cwd="/root")
