@@ -154,3 +154,44 @@ def test_a_context_runs_in_any_directory_the_user_may_enter(sbx: Sandbox) -> Non
 def test_a_directory_the_user_may_not_enter_is_a_clear_400(sbx: Sandbox) -> None:
     with pytest.raises(SandboxException, match="400 Bad Request: cwd '/root' is not a directory the user 'user' may"):
         sbx.create_code_context(cwd="/root")
+
+
+def test_javascript_with_import_and_top_level_await_gives_its_value(sbx: Sandbox) -> None:
+    sbx.files.write("/home/user/lib/greet.mjs", "export const greet = (name) => `hello ${name}`; export default 7;")
+    code = (
+        "import path from 'node:path'\nimport seven, { greet } from './lib/greet.mjs'\n"
+        "const joined = await Promise.resolve(path.join('a', 'b'))\n"
+        "function twice(n) { return n * 2 }\n`${greet(joined)} ${twice(seven)}`"
+    )
+    execution = sbx.run_code(code, language="js")
+    assert execution.error is None, execution.error
+    assert execution.text == "hello a/b 14"
+    # what that cell declared stays, as after any other cell
+    assert sbx.run_code("[joined, twice(2), typeof greet]", language="js").text == "[ 'a/b', 4, 'function' ]"
+
+
+def test_a_javascript_error_after_an_await_names_the_users_line(sbx: Sandbox) -> None:
+    execution = sbx.run_code("await null\n\nnull.boom", language="javascript")
+    assert execution.error is not None
+    assert execution.error.name == "TypeError"
+    assert ":3" in execution.error.traceback  # line 3 of the cell, not of the rewritten code
+
+
+def test_typescript_runs_with_its_types_stripped(sbx: Sandbox) -> None:
+    code = (
+        "interface Point { x: number; y: number }\nenum Axis { X, Y }\n"
+        "const p: Point = await Promise.resolve({ x: 3, y: 4 })\n"
+        "function norm(q: Point): number { return Math.hypot(q.x, q.y) }\nnorm(p) + Axis.Y"
+    )
+    execution = sbx.run_code(code, language="ts")
+    assert execution.error is None, execution.error
+    assert execution.text == "6"
+    context = sbx.create_code_context(language="typescript")
+    assert context.language == "typescript"
+    assert sbx.run_code("const s: string = 'typed'; s.length", context=context).text == "5"
+
+
+def test_r_and_java_are_a_400_naming_what_the_template_runs(sbx: Sandbox) -> None:
+    for language in ("r", "java"):
+        with pytest.raises(SandboxException, match="this sandbox runs python, javascript, bash, typescript"):
+            sbx.run_code("1", language=language)

@@ -18,11 +18,25 @@ from collections.abc import Callable, Mapping
 from executor.interpreter._backend import Backend, BackendFactory, BadRequest, ContextNotFound, InterpreterError
 from executor.interpreter._wire import ContextInfo, Error, Line
 
-__all__ = ("LANGUAGES", "Context", "Contexts", "Sink", "normalize_language")
+__all__ = (
+    "JS_TOOLS",
+    "LANGUAGES",
+    "NODE_LANGUAGES",
+    "Context",
+    "Contexts",
+    "Sink",
+    "normalize_language",
+    "offered_languages",
+)
 
 logger = logging.getLogger("interpreter")
 
 LANGUAGES = ("python", "javascript", "bash")
+"""What every code-interpreter template runs; TypeScript needs the JavaScript tools (see `offered_languages`)."""
+NODE_LANGUAGES = ("javascript", "typescript")
+"""The languages a Node.js process runs."""
+JS_TOOLS = "/opt/code-interpreter/node_modules"
+"""Where the template installs acorn and sucrase (templates/code-interpreter-v1.toml)."""
 _ALIASES = {"js": "javascript", "node": "javascript", "ts": "typescript", "sh": "bash", "python3": "python"}
 
 _NOT_RUN = Error(
@@ -35,14 +49,19 @@ Sink = Callable[[Line | None], None]
 """Where an execution's lines go; None marks its end."""
 
 
-def normalize_language(value: str | None) -> str:
+def offered_languages(js_tools: str) -> tuple[str, ...]:
+    """`LANGUAGES`, plus TypeScript where sucrase (which strips the types) is installed in `js_tools`."""
+    return (*LANGUAGES, "typescript") if js_tools and os.path.isdir(os.path.join(js_tools, "sucrase")) else LANGUAGES
+
+
+def normalize_language(value: str | None, languages: tuple[str, ...] = LANGUAGES) -> str:
     """The reference's normalisation (lower case, `js` -> `javascript`, default python), limited to ours."""
     if not value:
         return "python"
     language = value.strip().lower()
     language = _ALIASES.get(language, language)
-    if language not in LANGUAGES:
-        raise BadRequest(f"Unsupported language {value!r}: this sandbox runs {', '.join(LANGUAGES)}")
+    if language not in languages:
+        raise BadRequest(f"Unsupported language {value!r}: this sandbox runs {', '.join(languages)}")
     return language
 
 
@@ -98,16 +117,17 @@ class Context:
 class Contexts:
     """Every context of the sandbox. Used from the event loop only, so its dicts need no lock."""
 
-    def __init__(self, factory: BackendFactory, default_cwd: str) -> None:
+    def __init__(self, factory: BackendFactory, default_cwd: str, languages: tuple[str, ...] = LANGUAGES) -> None:
         self._factory = factory
         self._default_cwd = default_cwd
+        self._languages = languages
         self._contexts: dict[str, Context] = {}
         self._defaults: dict[str, asyncio.Task[Context]] = {}  # language -> the (shared) creation of its default
         self._executions: set[asyncio.Task[None]] = set()  # referenced so that running ones are not collected
 
     async def create(self, language: str | None, cwd: str | None) -> Context:
         """Start a new context (its kernel is ready when this returns)."""
-        language = normalize_language(language)
+        language = normalize_language(language, self._languages)
         cwd = _directory(cwd or self._default_cwd)
         context = Context(ContextInfo(id=str(uuid.uuid4()), language=language, cwd=cwd), self._factory(language, cwd))
         await context.start()
@@ -122,7 +142,7 @@ class Contexts:
 
     async def default(self, language: str | None) -> Context:
         """The language's default context, created on first use (concurrent first uses share one)."""
-        language = normalize_language(language)
+        language = normalize_language(language, self._languages)
         task = self._defaults.get(language)
         if task is None or not self._usable(task):
             task = self._defaults[language] = asyncio.create_task(self.create(language, None))

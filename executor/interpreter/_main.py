@@ -1,7 +1,8 @@
 """The command line: `python -m executor.interpreter` serves the code interpreter of a sandbox on port 49999.
 
     python -m executor.interpreter [--host 0.0.0.0] [--port 49999] [--cwd DIR] [--execution-limit SECONDS]
-                                   [--envd-port ENVD_PORT] [--node node] [--no-prestart]
+                                   [--envd-port ENVD_PORT] [--node node] [--js-tools DIR]
+                                   [--no-prestart]
 
 Run with the template's venv Python (it has jupyter-client, ipykernel and bash_kernel) and the executor's
 libraries on PYTHONPATH (templates/code-interpreter-v1.toml). SIGTERM stops every kernel and exits 0.
@@ -20,7 +21,7 @@ from pathlib import Path
 from executor._http import Connection, listen, stop_on_signals
 from executor.envd import ENVD_PORT
 from executor.interpreter._backend import Backend, BackendFactory
-from executor.interpreter._contexts import Contexts
+from executor.interpreter._contexts import JS_TOOLS, NODE_LANGUAGES, Contexts, offered_languages
 from executor.interpreter._envd import EnvdClient
 from executor.interpreter._service import Service, ServiceSettings
 
@@ -48,15 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     limit = options.execution_limit if options.execution_limit > 0 else None
     runtime = Path(tempfile.mkdtemp(prefix="agent-sandbox-interpreter-"))
     try:
-        contexts = Contexts(backend_factory(runtime, options.node), options.cwd)
+        languages = offered_languages(options.js_tools)
+        contexts = Contexts(backend_factory(runtime, options.node, options.js_tools), options.cwd, languages)
         service = Service(contexts, EnvdClient(port=options.envd_port), ServiceSettings(execution_limit=limit))
         return asyncio.run(_serve(options.host, options.port, service, contexts, prestart=not options.no_prestart))
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def backend_factory(runtime: Path, node: str) -> BackendFactory:
-    """Jupyter kernels for python and bash, a Node.js process for javascript."""
+def backend_factory(runtime: Path, node: str, js_tools: str) -> BackendFactory:
+    """Jupyter kernels for python and bash, a Node.js process for javascript and typescript."""
     from executor.interpreter._jupyter import JupyterBackend
     from executor.interpreter._kernelspecs import KERNELS, kernel_environment, write_kernel_specs
     from executor.interpreter._node import NodeBackend
@@ -68,8 +70,8 @@ def backend_factory(runtime: Path, node: str) -> BackendFactory:
     driver.write_text(DRIVER)
 
     def create(language: str, cwd: str) -> Backend:
-        if language == "javascript":
-            return NodeBackend(cwd, env, driver, node)
+        if language in NODE_LANGUAGES:
+            return NodeBackend(cwd, env, driver, node, tools=js_tools, language=language)
         return JupyterBackend(language, KERNELS[language], cwd, env, runtime, specs)
 
     return create
@@ -105,6 +107,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--envd-port", type=int, default=ENVD_PORT, help=f"the executor's port, for /envs ({ENVD_PORT})"
     )
     parser.add_argument("--node", default="node", help="the Node.js binary for JavaScript contexts (node)")
+    parser.add_argument(
+        "--js-tools", default=JS_TOOLS,
+        help=f"node_modules with acorn (import, top-level await) and sucrase (TypeScript); '' for none ({JS_TOOLS})",
+    )  # fmt: skip
     parser.add_argument(
         "--no-prestart", action="store_true", help="start the default Python and JavaScript contexts on first use only"
     )

@@ -40,11 +40,15 @@ _READ_LIMIT = 64 * 1024 * 1024  # one reply line holds one console.log call, whi
 class NodeBackend:
     """A context's Node.js process."""
 
-    def __init__(self, cwd: str, env: Mapping[str, str], driver: Path, node: str = "node") -> None:
+    def __init__(
+        self, cwd: str, env: Mapping[str, str], driver: Path, node: str = "node", *, tools: str = "",
+        language: str = "javascript",
+    ) -> None:  # fmt: skip
         self._cwd = cwd
         self._driver = driver
         self._env = dict(env)
         self._node = node
+        self._arguments = (tools, language)  # the driver's: where acorn and sucrase are, and the dialect
         self._process: asyncio.subprocess.Process | None = None
         self._replies: asyncio.StreamReader | None = None
         self._requests: asyncio.StreamWriter | None = None
@@ -55,7 +59,7 @@ class NodeBackend:
         ours, theirs = socket.socketpair()
         try:
             self._process = await asyncio.create_subprocess_exec(
-                self._node, str(self._driver), str(theirs.fileno()),
+                self._node, str(self._driver), str(theirs.fileno()), *self._arguments,
                 pass_fds=(theirs.fileno(),), cwd=self._cwd, env=self._env, start_new_session=True,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
