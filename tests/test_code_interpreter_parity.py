@@ -191,7 +191,28 @@ def test_typescript_runs_with_its_types_stripped(sbx: Sandbox) -> None:
     assert sbx.run_code("const s: string = 'typed'; s.length", context=context).text == "5"
 
 
-def test_r_and_java_are_a_400_naming_what_the_template_runs(sbx: Sandbox) -> None:
-    for language in ("r", "java"):
-        with pytest.raises(SandboxException, match="this sandbox runs python, javascript, bash, typescript"):
-            sbx.run_code("1", language=language)
+def test_r_runs_in_its_kernel_with_state_and_plots(sbx: Sandbox) -> None:
+    sbx.run_code("x <- c(1, 2, 3, 10)", language="r")
+    assert sbx.run_code("mean(x)", language="r").results[0].text == "[1] 4"  # IRkernel displays, as on E2B
+    assert sbx.run_code('print("hello")', language="r").logs.stdout == ['[1] "hello"\n']
+    plot = sbx.run_code("plot(x)", language="r")
+    assert plot.error is None, plot.error
+    assert any(png.startswith(b"\x89PNG") for png in pngs(plot))
+    frame = sbx.run_code("data.frame(city = c('Oslo', 'Lima'), n = 1:2)", language="r").results[0]
+    assert frame.html is not None
+    assert "Lima" in frame.html
+    error = sbx.run_code("stop('no such thing')", language="r").error
+    assert error is not None
+    assert "no such thing" in error.value
+
+
+def test_r_gets_an_executions_env_vars_for_that_execution_only(sbx: Sandbox) -> None:
+    env = {"FOO": 'say "hi" \\ ok', "_LEADING": "x"}  # quotes and a backslash; a name R must quote
+    execution = sbx.run_code("cat(Sys.getenv('FOO'), Sys.getenv('_LEADING'))", language="r", envs=env)
+    assert execution.logs.stdout == ['say "hi" \\ ok x']
+    assert sbx.run_code("Sys.getenv('FOO', unset = 'default')", language="r").results[0].text == '[1] "default"'
+
+
+def test_java_is_a_400_naming_what_the_template_runs(sbx: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="this sandbox runs python, javascript, bash, typescript, r"):
+        sbx.run_code("1", language="java")

@@ -19,7 +19,7 @@ from tests.server_fixtures import REPO
 DEPLOY = REPO / "deploy"
 DOCKERFILES = sorted(p for p in DEPLOY.glob("Dockerfile.*") if p.suffix != ".dockerignore")
 SANDBOX_KINDS = {
-    "base": "debootstrap,apt", "base-node": "apt", "code-interpreter-v1": "pip,run", "chromium": "apt,run",
+    "base": "debootstrap,apt", "base-node": "apt", "code-interpreter-v1": "apt,pip,run", "chromium": "apt,run",
     "desktop": "apt,run", "coding-agents": "pip,run",
 }  # fmt: skip
 LAYERLESS = {"browser"}  # templates whose image is their parent's: no layer of their own

@@ -37,6 +37,8 @@ NODE_LANGUAGES = ("javascript", "typescript")
 """The languages a Node.js process runs."""
 JS_TOOLS = "/opt/code-interpreter/node_modules"
 """Where the template installs acorn and sucrase (templates/code-interpreter-v1.toml)."""
+R_KERNEL = "/usr/lib/R/site-library/IRkernel"
+"""Where Debian's r-cran-irkernel is: R is offered where it is installed."""
 _ALIASES = {"js": "javascript", "node": "javascript", "ts": "typescript", "sh": "bash", "python3": "python"}
 
 _NOT_RUN = Error(
@@ -49,9 +51,11 @@ Sink = Callable[[Line | None], None]
 """Where an execution's lines go; None marks its end."""
 
 
-def offered_languages(js_tools: str) -> tuple[str, ...]:
-    """`LANGUAGES`, plus TypeScript where sucrase (which strips the types) is installed in `js_tools`."""
-    return (*LANGUAGES, "typescript") if js_tools and os.path.isdir(os.path.join(js_tools, "sucrase")) else LANGUAGES
+def offered_languages(js_tools: str, r_kernel: str = R_KERNEL) -> tuple[str, ...]:
+    """`LANGUAGES`, plus TypeScript where sucrase (which strips the types) is installed in `js_tools`, and R
+    where its Jupyter kernel is."""
+    typescript = bool(js_tools) and os.path.isdir(os.path.join(js_tools, "sucrase"))
+    return (*LANGUAGES, *(["typescript"] if typescript else []), *(["r"] if os.path.isdir(r_kernel) else []))
 
 
 def normalize_language(value: str | None, languages: tuple[str, ...] = LANGUAGES) -> str:

@@ -7,6 +7,7 @@ after. Names are checked by the service first (`valid_env_name`), so they can be
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -29,6 +30,17 @@ for __e2b_name, __e2b_value in __e2b_saved_env.items():
 del __e2b_os, __e2b_saved_env, __e2b_name, __e2b_value"""
 
 
+_R_RESTORE = """for (.e2b_name in names(.e2b_saved_env)) {
+  if (is.na(.e2b_saved_env[[.e2b_name]])) Sys.unsetenv(.e2b_name)
+  else do.call(Sys.setenv, setNames(list(.e2b_saved_env[[.e2b_name]]), .e2b_name))
+}
+rm(.e2b_saved_env, .e2b_name)"""
+
+
+def _r_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # JSON's escapes (\" \\ \n \u0001) are R's too
+
+
 def valid_env_name(name: str) -> bool:
     """A name every shell accepts (and so every kernel)."""
     return _NAME.fullmatch(name) is not None
@@ -41,6 +53,10 @@ def set_env_code(language: str, env: Mapping[str, str]) -> str:
             f"__e2b_had_{name}=${{{name}+1}}; __e2b_old_{name}=${{{name}-}}; export {name}={shlex.quote(value)}"
             for name, value in env.items()
         )
+    if language == "r":
+        names = ", ".join(_r_string(name) for name in sorted(env))
+        values = ", ".join(f"`{name}` = {_r_string(value)}" for name, value in env.items())
+        return f".e2b_saved_env <- Sys.getenv(c({names}), unset = NA, names = TRUE)\nSys.setenv({values})"
     return _PYTHON_SET.format(names=sorted(env), env=dict(env))
 
 
@@ -52,4 +68,6 @@ def restore_env_code(language: str, env: Mapping[str, str]) -> str:
             f"unset __e2b_had_{name} __e2b_old_{name}"
             for name in env
         )
+    if language == "r":
+        return _R_RESTORE
     return _PYTHON_RESTORE

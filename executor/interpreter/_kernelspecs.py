@@ -1,4 +1,4 @@
-"""The Jupyter kernel specs of the service (python, bash), written at start-up into its runtime directory.
+"""The Jupyter kernel specs of the service (python, bash, R), written at start-up into its runtime directory.
 
 Written rather than installed: a pip layer only installs packages, and the specs name the service's own
 Python (the template's venv), whichever it is. The kernels' environment is the service's minus the
@@ -17,7 +17,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 __all__ = ("KERNELS", "kernel_environment", "write_kernel_specs")
 
-KERNELS = {"python": "python3", "bash": "bash"}
+KERNELS = {"python": "python3", "bash": "bash", "r": "ir"}
 """Language -> kernel spec name."""
 
 _STARTUP = Path(__file__).with_name("kernel_startup.py")
@@ -33,6 +33,11 @@ _SPECS: dict[str, dict[str, Any]] = {
         "display_name": "Python 3",
         "language": "python",
         "metadata": {"debugger": False},
+    },
+    "ir": {  # Debian's r-cran-irkernel, as its own spec has it; offered where it is installed (`_contexts`)
+        "argv": ["R", "--slave", "-e", "IRkernel::main()", "--args", "{connection_file}"],
+        "display_name": "R",
+        "language": "R",
     },
     "bash": {
         "argv": [sys.executable, "-m", "bash_kernel", "-f", "{connection_file}"],
