@@ -20,7 +20,7 @@ DEPLOY = REPO / "deploy"
 DOCKERFILES = sorted(p for p in DEPLOY.glob("Dockerfile.*") if p.suffix != ".dockerignore")
 SANDBOX_KINDS = {
     "base": "debootstrap,apt", "base-node": "apt", "code-interpreter-v1": "apt,pip,run", "chromium": "apt,run",
-    "desktop": "apt,run", "coding-agents": "pip,run",
+    "desktop": "apt,run", "coding-agents": "pip,run", "mcp-gateway": "pip,run",
 }  # fmt: skip
 LAYERLESS = {"browser"}  # templates whose image is their parent's: no layer of their own
 

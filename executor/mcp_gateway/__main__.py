@@ -1,0 +1,5 @@
+import sys
+
+from executor.mcp_gateway._main import main
+
+sys.exit(main())
