@@ -170,6 +170,44 @@ def test_javascript_with_import_and_top_level_await_gives_its_value(sbx: Sandbox
     assert sbx.run_code("[joined, twice(2), typeof greet]", language="js").text == "[ 'a/b', 4, 'function' ]"
 
 
+def test_a_rewritten_javascript_cell_leaves_globals_as_a_script_would(sbx: Sandbox) -> None:
+    context = sbx.create_code_context(language="js")
+    cells = [
+        "// import nothing, but the word\nfunction helper() { return 1 }\n"
+        "function main() { return helper() }\nvar v = 1",
+        "await 0\nfunction helper() { return 2 }\nfor (var i = 0; i < 3; i++) {}",
+        "var v = v + 1",  # a plain script again: `var` and `function` names are still redeclarable
+        "import missing from 'no-such-package'",  # fails, and must not shadow the global `fetch`-like names
+    ]
+    for cell in cells:
+        sbx.run_code(cell, context=context)
+    assert sbx.run_code("[main(), helper.name, v, i, typeof missing, typeof fetch]", context=context).text == (
+        "[ 2, 'helper', 2, 3, 'undefined', 'function' ]"
+    )
+
+
+def test_a_typescript_import_is_kept_for_later_cells(sbx: Sandbox) -> None:
+    context = sbx.create_code_context(language="ts")
+    sbx.run_code("import { readFileSync } from 'node:fs'", context=context)
+    assert sbx.run_code("typeof readFileSync", context=context).text == "function"
+
+
+def test_a_dataframe_of_values_json_lacks_still_comes_back(sbx: Sandbox) -> None:
+    code = (
+        "import decimal, pandas as pd\n"
+        "pd.DataFrame({'d': [decimal.Decimal('1.5')], 'p': [pd.Period('2024-01')], 't': [pd.NaT]})"
+    )
+    [result] = sbx.run_code(code).results
+    assert result.data == {"d": [1.5], "p": ["2024-01"], "t": [None]}
+
+
+def test_the_kernel_startup_leaves_nothing_in_the_users_namespace(sbx: Sandbox) -> None:
+    context = sbx.create_code_context()  # a fresh kernel: Out would hold the startup's value
+    assert sbx.run_code("[len(Out), [n for n in globals() if 'agent' in n or 'Patch' in n]]", context=context).text == (
+        "[0, []]"
+    )
+
+
 def test_a_javascript_error_after_an_await_names_the_users_line(sbx: Sandbox) -> None:
     execution = sbx.run_code("await null\n\nnull.boom", language="javascript")
     assert execution.error is not None

@@ -28,7 +28,8 @@ _SPECS: dict[str, dict[str, Any]] = {
         "argv": [
             sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
             "--HistoryManager.hist_file=:memory:",  # no history database in the user's home
-            f"--IPKernelApp.exec_lines=__import__('runpy').run_path({str(_STARTUP)!r})",
+            # `and None`: the value is None, which is not kept in `_` and `Out` (a trailing `;` is not honoured here)
+            f"--IPKernelApp.exec_lines=__import__('runpy').run_path({str(_STARTUP)!r}) and None",
         ],
         "display_name": "Python 3",
         "language": "python",

@@ -17,14 +17,15 @@ Deno's kernel on E2B).
 
 Code runs with `vm.runInThisContext`, so globals and top-level `let`/`const`/`class` persist across
 executions, like Node's REPL, and `require` resolves from the context's working directory. A returned
-promise is awaited. Code that is not a script (top-level `await`, `import` declarations) or that calls
-`import()` is rewritten with acorn, as Node's REPL does for `await`: its top-level declarations are
-declared in the global scope (so they persist) and assigned inside an async function, which returns the
-value of the last expression statement; `import x from "m"` becomes an assignment from `await import("m")`,
-and every `import()` resolves bare names from the context's working directory (node_modules there, then
-up), relative ones from it, builtins as themselves. Without acorn, such code is run inside an async
-function: its declarations stay local and no value comes back. SIGINT interrupts synchronous code
-(`breakOnSigint`) and abandons the promise being awaited.
+promise is awaited. Code that is a script runs as one (its `import()` calls routed to the importer); code
+that is not (top-level `await`, `import` declarations) is rewritten with acorn, as Node's REPL does for
+`await`: its top-level declarations (and nested `var`s) are declared in the global scope once it compiled,
+so they persist, and assigned inside an async function, which returns the value of the last expression
+statement; `import x from "m"` becomes an assignment from `await import("m")`. Every import resolves bare
+names from the context's working directory (node_modules there, then up), relative ones from it, builtins
+as themselves. Without acorn, such code is run inside an async function: its declarations stay local and
+no value comes back. SIGINT interrupts synchronous code (`breakOnSigint`) and abandons the promise being
+awaited.
 """
 
 from __future__ import annotations
@@ -90,18 +91,18 @@ function esmEntry(name) {
 
 const IMPORT = 'globalThis[Symbol.for("agent-sandbox.import")]';
 Object.defineProperty(globalThis, Symbol.for('agent-sandbox.import'), {
-  value: (specifier) => {
+  value: (specifier, options) => {
     // `npm:name@version/sub` (how code written for E2B's Deno kernel names packages) is `name/sub` here
     const name = String(specifier).replace(/^npm:(@[^/]+\/)?([^@/]+)(@[^/]*)?/, '$1$2');
     if (name.startsWith('node:') || builtinModules.includes(name)) return import(name);
-    if (/^[./]/.test(name)) return import(pathToFileURL(path.resolve(name)).href);
+    if (/^[./]/.test(name)) return import(pathToFileURL(path.resolve(name)).href, options);
     let file;
     try {
       file = globalThis.require.resolve(name);
     } catch {
       file = esmEntry(name);
     }
-    if (file) return import(pathToFileURL(file).href);
+    if (file) return import(pathToFileURL(file).href, options);
     const error = new Error(`Cannot find package '${name}' in node_modules of ${process.cwd()} or above`);
     return Promise.reject(Object.assign(error, { code: 'ERR_MODULE_NOT_FOUND' }));
   },
@@ -141,6 +142,12 @@ function names(pattern, into) {
   return into;
 }
 
+// The script goal (sloppy code stays sloppy), with `await` and `import` declarations allowed at the top.
+const PARSE = {
+  ecmaVersion: 'latest', sourceType: 'script', allowAwaitOutsideFunction: true, allowImportExportEverywhere: true,
+};
+const FUNCTIONS = new Set(['FunctionDeclaration', 'FunctionExpression', 'ArrowFunctionExpression']);
+
 function dynamicImports(node, found) {
   if (node === null || typeof node !== 'object') return found;
   if (node.type === 'ImportExpression') found.push(node);
@@ -151,49 +158,24 @@ function dynamicImports(node, found) {
   return found;
 }
 
-// One top-level statement as the async function's body has it; `declare` takes the names it declares.
-function statement(node, code, declare, last) {
-  const text = (n) => code.slice(n.start, n.end);
-  switch (node.type) {
-    case 'ImportDeclaration': {
-      const load = `(await ${IMPORT}(${JSON.stringify(node.source.value)}))`;
-      const parts = [];
-      for (const s of node.specifiers) {
-        declare(s.local.name);
-        if (s.type === 'ImportNamespaceSpecifier') parts.push(`${s.local.name} = __m`);
-        else {
-          const imported = s.type === 'ImportDefaultSpecifier' ? 'default' : (s.imported.name ?? s.imported.value);
-          parts.push(`${s.local.name} = __m[${JSON.stringify(imported)}]`);
-        }
-      }
-      return `await ((__m) => { ${parts.join('; ')} })${load};`;
-    }
-    case 'VariableDeclaration': {
-      const assignments = [];
-      for (const d of node.declarations) {
-        names(d.id, []).forEach(declare);
-        if (d.init || node.kind !== 'var') assignments.push(`(${text(d.id)} = ${d.init ? text(d.init) : 'undefined'})`);
-      }
-      return assignments.length ? `void (${assignments.join(', ')});` : '';
-    }
-    case 'ClassDeclaration':
-      declare(node.id.name);
-      return `${node.id.name} = ${text(node)};`;
-    case 'ExportNamedDeclaration':
-    case 'ExportDefaultDeclaration':
-      return node.declaration ? statement(node.declaration, code, declare, last) : '';
-    case 'ExpressionStatement':
-      return last ? `return (${text(node.expression)});` : text(node);
-    default:  // a function declaration stays, hoisted in the async function, and is published at its start
-      return text(node);
+// `code` with every `import(...)` calling the importer, which resolves from the context's cwd; or null.
+function routeDynamicImports(code) {
+  const found = dynamicImports(acorn.parse(code, PARSE), []).sort((a, b) => b.start - a.start);
+  let source = code;
+  for (const node of found) {
+    const options = node.options ? `, ${code.slice(node.options.start, node.options.end)}` : '';
+    const call = `${IMPORT}(${code.slice(node.source.start, node.source.end)}${options})`;
+    source = `${source.slice(0, node.start)}${call}${source.slice(node.end)}`;
   }
+  return found.length ? source : null;
 }
 
 const PUBLISH = Symbol.for('agent-sandbox.publish');
 const PUBLISHED = 'globalThis[Symbol.for("agent-sandbox.publish")]';
 Object.defineProperty(globalThis, PUBLISH, {
-  value: (name, value) => {  // assigns the global binding `name`, which a local of the same name hides
-    globalThis[PUBLISH].value = value;
+  value: (name, fn) => {  // a function declared under another name: the global `name` is it, named `name`
+    Object.defineProperty(fn, 'name', { value: name });
+    globalThis[PUBLISH].value = fn;
     vm.runInThisContext(`${name} = ${PUBLISHED}.value;`);
     delete globalThis[PUBLISH].value;
   },
@@ -201,56 +183,145 @@ Object.defineProperty(globalThis, PUBLISH, {
 
 const lines = (text) => text.split('\n').length - 1;
 
-// Code as an async function whose top-level declarations live in the global scope (see the docstring). Each
-// statement is replaced where it is, keeping its line count, so that stack traces name the user's lines.
-function rewrite(code) {
-  const program = acorn.parse(code, { ecmaVersion: 'latest', sourceType: 'module', allowAwaitOutsideFunction: true });
-  const imports = dynamicImports(program, []);
-  if (imports.length) {
-    let source = code;
-    for (const node of imports.sort((a, b) => b.start - a.start)) {
-      const specifier = code.slice(node.source.start, node.source.end);
-      source = `${source.slice(0, node.start)}${IMPORT}(${specifier})${source.slice(node.end)}`;
-    }
-    return rewrite(source);
+// The edits that turn a cell into the body of an async function whose top-level declarations are the
+// global scope's (Node's REPL does the same for `await`): [start, end, replacement] for `code`'s ranges,
+// the names to declare globally with their kind, and the functions to publish.
+class Rewrite {
+  constructor(code) {
+    this.code = code;
+    this.edits = [];
+    this.declared = new Map();
+    this.functions = [];
   }
-  const declared = new Set();
-  const functions = [];
-  let source = code;
-  for (let index = program.body.length - 1; index >= 0; index -= 1) {
-    const node = program.body[index];
-    const declaration = node.type.startsWith('Export') && node.declaration ? node.declaration : node;
-    if (declaration.type === 'FunctionDeclaration') {
-      declared.add(declaration.id.name);
-      functions.push(declaration.id.name);
+
+  text(node) { return this.code.slice(node.start, node.end); }
+
+  replace(node, text) { this.edits.push([node.start, node.end, text]); }
+
+  declare(name, kind) { if (!this.declared.has(name) || kind === 'var') this.declared.set(name, kind); }
+
+  assignments(declaration, kind) {
+    const parts = [];
+    for (const d of declaration.declarations) {
+      names(d.id, []).forEach((name) => this.declare(name, kind));
+      if (d.init || kind !== 'var') parts.push(`(${this.text(d.id)} = ${d.init ? this.text(d.init) : 'undefined'})`);
     }
-    const original = code.slice(node.start, node.end);
-    let text = statement(node, code, (name) => declared.add(name), index === program.body.length - 1);
-    text += '\n'.repeat(Math.max(0, lines(original) - lines(text)));
-    source = `${source.slice(0, node.start)}${text}${source.slice(node.end)}`;
+    return parts;
   }
-  for (const name of declared) {
-    try {
-      vm.runInThisContext(`let ${name};`);
-    } catch (error) {
-      if (!(error instanceof SyntaxError)) throw error;  // declared by an earlier execution: assigned again
+
+  topLevel(node, last) {
+    switch (node.type) {
+      case 'ImportDeclaration': {
+        const attributes = (node.attributes || []).map((a) => `${this.text(a.key)}: ${this.text(a.value)}`);
+        const options = attributes.length ? `, { with: { ${attributes.join(', ')} } }` : '';
+        const load = `(await ${IMPORT}(${JSON.stringify(node.source.value)}${options}))`;
+        const parts = node.specifiers.map((s) => {
+          this.declare(s.local.name, 'let');
+          if (s.type === 'ImportNamespaceSpecifier') return `${s.local.name} = __m`;
+          const imported = s.type === 'ImportDefaultSpecifier' ? 'default' : (s.imported.name ?? s.imported.value);
+          return `${s.local.name} = __m[${JSON.stringify(imported)}]`;
+        });
+        return this.replace(node, `await ((__m) => { ${parts.join('; ')} })${load};`);
+      }
+      case 'VariableDeclaration': {
+        const parts = this.assignments(node, node.kind === 'var' ? 'var' : 'let');
+        return this.replace(node, parts.length ? `void (${parts.join(', ')});` : '');
+      }
+      case 'FunctionDeclaration': {  // stays a declaration (hoisted) under another name; published first
+        const local = `${node.id.name}$agentSandboxFunction`;
+        this.declare(node.id.name, 'var');
+        this.functions.push([node.id.name, local]);
+        return this.replace(node.id, local);
+      }
+      case 'ClassDeclaration':
+        this.declare(node.id.name, 'let');
+        return this.replace(node, `${node.id.name} = ${this.text(node)};`);
+      case 'ExportNamedDeclaration':
+      case 'ExportDefaultDeclaration': {  // nothing imports a cell: `export` is dropped
+        const declaration = node.declaration;
+        if (!declaration) return this.replace(node, '');
+        if (declaration.type === 'VariableDeclaration' || (declaration.id && /Declaration$/.test(declaration.type))) {
+          this.replace({ start: node.start, end: declaration.start }, '');
+          return this.topLevel(declaration, last);
+        }
+        return this.replace(node, last ? `return (${this.text(declaration)});` : `(${this.text(declaration)});`);
+      }
+      case 'ExpressionStatement':
+        return last ? this.replace(node, `return (${this.text(node.expression)});`) : this.nested(node);
+      default:
+        return this.nested(node);
     }
   }
-  const publish = functions.map((name) => `${PUBLISHED}(${JSON.stringify(name)}, ${name});`);
-  return `(async () => { ${publish.join(' ')}${source}\n})()`;
+
+  // `var` below the top level (in blocks, loops, try) belongs to the function scope: made global too.
+  nested(node) {
+    if (node === null || typeof node !== 'object' || FUNCTIONS.has(node.type) || /^Class/.test(node.type)) return;
+    for (const [key, value] of Object.entries(node)) {
+      for (const child of Array.isArray(value) ? value : [value]) {
+        if (!child || typeof child.type !== 'string') continue;
+        if (child.type === 'VariableDeclaration' && child.kind === 'var') {
+          const parts = this.assignments(child, 'var');
+          const head = (node.type === 'ForStatement' && key === 'init') || /^For(In|Of)Statement$/.test(node.type);
+          const target = key === 'init' ? parts.join(', ') || 'void 0' : this.text(child.declarations[0].id);
+          if (head) this.replace(child, target);
+          else this.replace(child, parts.length ? `void (${parts.join(', ')});` : ';');
+          child.declarations.forEach((d) => d.init && this.nested(d.init));
+        } else {
+          this.nested(child);
+        }
+      }
+    }
+  }
+
+  source() {
+    let source = this.code;
+    for (const [start, end, text] of this.edits.sort((a, b) => b[0] - a[0])) {
+      const padding = '\n'.repeat(Math.max(0, lines(this.code.slice(start, end)) - lines(text)));
+      source = `${source.slice(0, start)}${text}${padding}${source.slice(end)}`;
+    }
+    const publish = this.functions.map(([name, local]) => `${PUBLISHED}(${JSON.stringify(name)}, ${local});`);
+    return `(async () => { ${publish.join(' ')}${source}\n})()`;
+  }
 }
 
+// Declares the names a rewritten cell assigns, once it compiled: a global property (a `var`, a function,
+// a builtin such as `fetch`) needs nothing, a global `let` of an earlier cell is assigned again.
+function declareGlobally(declared) {
+  for (const [name, kind] of declared) {
+    if (name in globalThis) continue;
+    try {
+      vm.runInThisContext(`${kind} ${name};`);
+    } catch (error) {
+      if (!(error instanceof SyntaxError)) throw error;
+    }
+  }
+}
+
+function rewritten(code, filename) {
+  const routed = routeDynamicImports(code);
+  const program = acorn.parse(routed ?? code, PARSE);
+  const rewrite = new Rewrite(routed ?? code);
+  program.body.forEach((node, index) => rewrite.topLevel(node, index === program.body.length - 1));
+  const script = new vm.Script(rewrite.source(), { filename });
+  return { script, declare: () => declareGlobally(rewrite.declared) };
+}
+
+// The cell as a script to run, and what declares its names first. Code that is a script runs as it is
+// (its `import()` calls routed to the importer); code that is not is rewritten (see the docstring).
 function compile(code, filename) {
-  const script = (source, lineOffset = 0) => new vm.Script(source, { filename, lineOffset });
-  const js = sucrase ? sucrase.transform(code, { transforms: ['typescript'], disableESTransforms: true }).code : code;
-  if (acorn && /\bimport\b/.test(js)) return script(rewrite(js));
+  const js = sucrase
+    ? sucrase.transform(code, { transforms: ['typescript'], disableESTransforms: true, keepUnusedImports: true }).code
+    : code;
+  const none = () => {};
   try {
-    return script(js);
+    const script = new vm.Script(js, { filename });
+    const routed = acorn && /\bimport\s*\(/.test(js) ? routeDynamicImports(js) : null;
+    return { script: routed ? new vm.Script(routed, { filename }) : script, declare: none };
   } catch (error) {
     if (!(error instanceof SyntaxError)) throw error;
-    if (acorn) return script(rewrite(js));
+    if (acorn) return rewritten(js, filename);
     if (!/await/.test(error.message)) throw error;
-    return script(`(async () => {\n${js}\n})()`, -1);
+    return { script: new vm.Script(`(async () => {\n${js}\n})()`, { filename, lineOffset: -1 }), declare: none };
   }
 }
 
@@ -279,7 +350,8 @@ async function execute(request) {
   send({ type: 'count', count });
   const restoreEnv = setEnv(request.env || {});
   try {
-    const script = compile(request.code, `<cell ${count}>`);
+    const { script, declare } = compile(request.code, `<cell ${count}>`);
+    declare();
     let value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
     if (value !== null && typeof value === 'object' && typeof value.then === 'function') {
       value = await Promise.race([value, interrupted()]);

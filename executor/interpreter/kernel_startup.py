@@ -16,6 +16,7 @@ are named, and modules patched when the user's code imports them), so a kernel s
 
 from __future__ import annotations
 
+import decimal
 import importlib.abc
 import importlib.machinery
 import math
@@ -51,20 +52,39 @@ def _figure_chart(figure: Any) -> dict[str, Any] | None:
 
 
 def _cell(value: Any) -> Any:
-    if hasattr(value, "isoformat"):  # pandas.Timestamp, datetime, date
-        return value.isoformat()
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str, bytes)):  # a numpy scalar
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
+    """A DataFrame cell as JSON can carry it: numbers, strings, booleans and null as they are, timestamps in
+    ISO form, NaN, infinities and NaT as null, Decimals as floats, numpy scalars as Python's, lists and dicts
+    cell by cell, anything else as its `str`."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if type(value).__name__ == "NaTType":  # pandas.NaT, which has an isoformat ("NaT")
         return None
-    return value
+    if isinstance(value, decimal.Decimal):
+        return _cell(float(value))
+    if isinstance(value, (list, tuple)):
+        return [_cell(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _cell(item) for key, item in value.items()}
+    if hasattr(value, "isoformat"):  # pandas.Timestamp, datetime, date, time
+        return value.isoformat()
+    if getattr(value, "shape", None) == ():  # a numpy scalar
+        return _cell(value.item())
+    return str(value)
 
 
 def _frame_data(frame: Any) -> dict[str, Any] | None:
     rows, columns = frame.shape
     if rows * columns > DATA_CELLS:
         return None
-    return {str(name): [_cell(value) for value in values] for name, values in frame.to_dict(orient="list").items()}
+    try:
+        with warnings.catch_warnings():  # pandas' about duplicate column names, which would reach the cell
+            warnings.simplefilter("ignore")
+            columns_data = frame.to_dict(orient="list")
+        return {str(name): [_cell(value) for value in values] for name, values in columns_data.items()}
+    except Exception:  # a frame pandas cannot turn into columns still comes back as HTML and text
+        return None
 
 
 class ChartFormatter(BaseFormatter):  # type: ignore[misc]
@@ -172,6 +192,9 @@ class _PatchingLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         self._patch(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package...: the real loader's
+        return getattr(self._loader, name)
 
 
 def _flush_figures() -> None:
