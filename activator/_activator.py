@@ -23,7 +23,14 @@ import msgspec
 from activator._activity import Activity
 from activator._catalog import TemplateCatalog
 from activator._coordination import Coordinator, SoloCoordinator
-from activator._errors import ActivatorError, InvalidRequest, NotSupported, SandboxConflict, SandboxNotFound
+from activator._errors import (
+    ActivatorError,
+    InvalidRequest,
+    NotSupported,
+    SandboxConflict,
+    SandboxNotFound,
+    VolumeRefused,
+)
 from activator._guest import require_healthy_guest
 from activator._holds import HoldGate
 from activator._idempotency import Idempotency
@@ -52,7 +59,8 @@ from activator._template_builds import TemplateBuilds, WarmBuilds
 from activator._template_files import TemplateFiles
 from activator._template_records import TemplateLedger, TemplateRecord
 from activator._transitions import Crash, Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
-from pool import ExecutorInit, Runtime, SandboxStats, Template, TemplateBuilder
+from activator._volumes import VolumeStore, resolve_mounts, volume_call
+from pool import ExecutorInit, Runtime, SandboxStats, Template, TemplateBuilder, VolumeRecord
 
 __all__ = ["Activator", "Page", "TemplateBuildSource"]
 
@@ -104,12 +112,14 @@ class Activator:
         warm: WarmClaims | None = None,
         coordinator: Coordinator | None = None,
         builds: TemplateBuildSource | None = None,
+        volumes: VolumeStore | None = None,
     ) -> None:
         """`on_halt(sandbox_id)` drops the gateway's idle connections into a sandbox (e.g. its `pool.drop`): called
         before a sandbox is frozen, snapshotted or killed, and when an idle sandbox's connections are all idle.
         `health_details()` adds the runtime's facts (e.g. CRIU) to `health()`. `warm` hands out started sandboxes
         to creates. `coordinator` is what gateway replicas share (`start_coordination` subscribes to it). `builds`
-        is where keys' templates are built and kept (none: this server builds no templates)."""
+        is where keys' templates are built and kept (none: this server builds no templates). `volumes` is where
+        keys' volumes are kept (none: this runtime has no volumes)."""
         self.settings = settings
         self.catalog = TemplateCatalog(templates, settings.template_aliases, loaded_at=clock())
         source = builds or TemplateBuildSource()
@@ -123,6 +133,7 @@ class Activator:
         self._clock = clock
         self._health_details = health_details
         self._warm = warm
+        self._volumes = volumes
         self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
         self._samples = MetricsRing(runtime, clock)
@@ -183,12 +194,18 @@ class Activator:
         template = self.catalog.resolve(request.template, owner)
         self._refuse_unenforced(request.egress)
         record = self._new_record(owner, request, template)
+        if request.volume_mounts:
+            store = self._volume_store()
+            mounts = await asyncio.to_thread(resolve_mounts, store, owner, request.volume_mounts)
+            record = msgspec.structs.replace(record, volumes=mounts)
         async with self._quota.admit(record):  # QuotaExceeded (429) past the key's limits, before anything starts
             return await self._start(record)
 
     async def _start(self, record: SandboxRecord) -> SandboxRecord:
         claimed = None
-        if self._warm is not None:  # a ready sandbox gets the caller's init and keeps running: `Start` is a no-op
+        # A ready sandbox gets the caller's init and keeps running: `Start` is a no-op. Not one with volumes: they
+        # are mounted as a sandbox starts.
+        if self._warm is not None and not record.volumes:
             claimed = await self._warm.claim(record.template, self._machine.spec_for(record).init)
             record = record if claimed is None else msgspec.structs.replace(record, id=claimed)
         try:
@@ -200,6 +217,39 @@ class Activator:
             if claimed is not None:  # `Start` failed after the claim: the sandbox is nobody's, don't leak it
                 await self._runtime.stop(claimed)
             raise
+
+    def _volume_store(self) -> VolumeStore:
+        if self._volumes is None:
+            raise NotSupported("volumes are not supported by this server's runtime (they are the local runtime's)")
+        return self._volumes
+
+    async def create_volume(self, owner: str, name: str) -> VolumeRecord:
+        """A new, empty volume of the key's; 409 if it has one of that name."""
+        return await volume_call(self._volume_store().create, owner, name)
+
+    async def volumes(self, owner: str) -> list[VolumeRecord]:
+        """The key's volumes, oldest first."""
+        return await volume_call(self._volume_store().owned, owner)
+
+    async def volume(self, owner: str, volume_id: str) -> VolumeRecord:
+        """The key's volume `volume_id` (404 otherwise)."""
+        return await volume_call(self._volume_store().get, owner, volume_id)
+
+    async def volume_files(self, volume_id: str, token: str) -> VolumeStore:
+        """The store, for the content calls of the volume the bearer `token` opens; 401 for any other token."""
+        store = self._volume_store()
+        if not token or await volume_call(store.by_token, volume_id, token) is None:
+            raise VolumeRefused(401, "the volume content API needs 'Authorization: Bearer <the volume's token>'")
+        return store
+
+    async def destroy_volume(self, owner: str, volume_id: str) -> None:
+        """Remove the key's volume and its files; 409 while a sandbox (running or paused) mounts it."""
+        store = self._volume_store()
+        await volume_call(store.get, owner, volume_id)
+        users = sorted(r.id for r in self._machine.live.values() if any(m.volume_id == volume_id for m in r.volumes))
+        if users:
+            raise SandboxConflict(f"volume {volume_id} is mounted by sandbox {', '.join(users)}: kill it first")
+        await volume_call(store.destroy, owner, volume_id)
 
     async def _key_limits(self, owner: str) -> KeyLimits:
         """The limits of the key `owner` (read now: `keys update` applies to the next create), over the server's."""

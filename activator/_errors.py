@@ -37,6 +37,7 @@ __all__ = [
     "SandboxConflict",
     "SandboxNotFound",
     "TooManySignIns",
+    "VolumeRefused",
 ]
 
 
@@ -147,3 +148,11 @@ class ClientGone(ActivatorError):
     """The client disconnected while its request was held; the request is dropped, never proxied."""
 
     status_code = 499  # nginx's "client closed request": only logs and metrics ever see it
+
+
+class VolumeRefused(ActivatorError):
+    """A volume call the volume store refused, with the status it chose (400, 404, 409, 507)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status

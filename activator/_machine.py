@@ -261,7 +261,8 @@ class SandboxMachine:
             case "snapshot":
                 try:
                     if step.memory and self._freeze_only(record):
-                        raise CheckpointFailed(f"template {record.alias!r} is not snapshotted with its memory")
+                        what = "a sandbox with volumes" if record.volumes else f"template {record.alias!r}"
+                        raise CheckpointFailed(f"{what} is not snapshotted with its memory")
                     info = await self._runtime.snapshot(record.id, memory=step.memory)
                 except CheckpointFailed as exc:  # its processes would be lost: it stays, frozen, as it was
                     await runtime_call(f"freeze sandbox {record.id}", self._runtime.freeze(record.id))
@@ -286,8 +287,10 @@ class SandboxMachine:
         return step
 
     def _freeze_only(self, record: SandboxRecord) -> bool:
+        """Whether the sandbox is frozen where others are snapshotted: its template says so, or it mounts volumes
+        (a memory image would not hold their mounts, and they are shared with other sandboxes)."""
         template = self._catalog.templates.get(record.template)
-        return template is not None and template.freeze_only
+        return bool(record.volumes) or (template is not None and template.freeze_only)
 
     def spec_for(self, record: SandboxRecord) -> SandboxSpec:
         """What the runtime starts or restores the sandbox of `record` from; the caller's env vars win over the
@@ -301,7 +304,7 @@ class SandboxMachine:
         )
         return SandboxSpec(
             sandbox_id=record.id, template=template, init=init, egress=record.egress.rules,
-            annotations=_annotations(record),
+            annotations=_annotations(record), volumes=record.volumes,
         )  # fmt: skip
 
     def _remember(self, step: Step) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from pool import ALL_TRAFFIC, EgressRules
+from pool import ALL_TRAFFIC, EgressRules, VolumeMount
 
 __all__ = [
     "MAX_SANDBOX_ID_LENGTH",
@@ -126,6 +126,7 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     domain: str | None = None  # the sandbox hostnames' domain, `<port>-<id>.<domain>`, told to the SDKs
     egress: Egress = Egress()
     ingress: Ingress = Ingress()  # holds a secret (the traffic token): never in logs or on runtime objects
+    volumes: tuple[VolumeMount, ...] = ()  # the key's volumes it mounts, resolved from their names at create
 
     @property
     def user_paused(self) -> bool:
@@ -189,6 +190,7 @@ class CreateRequest(msgspec.Struct, frozen=True, kw_only=True):
     egress: Egress = Egress()
     public_traffic: bool = True  # False: the sandbox gets a traffic access token (`Ingress`)
     mask_request_host: str | None = None
+    volume_mounts: tuple[tuple[str, str], ...] = ()  # (the key's volume name, the path inside), paths checked
 
 
 def _first_set(value: int | None, default: int | None) -> int | None:

@@ -309,7 +309,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_common(revoke)
 
     cleanup = commands.add_parser(
-        "cleanup", help="kill every sandbox of a data directory (sandboxes outlive the server; run it stopped)"
+        "cleanup",
+        help="kill every sandbox of a data directory (sandboxes outlive the server; run it stopped); volumes stay",
     )
     _add_common(cleanup)
 

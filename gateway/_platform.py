@@ -138,6 +138,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
             store, runtime, templates, _activator_settings(settings), on_halt=upstreams.drop,
             health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,
             coordinator=coordinator, builds=builds,
+            volumes=runtime.volumes if isinstance(runtime, LocalRuntime) else None,
         )  # fmt: skip
         stack.push_async_callback(activator.template_builds.close)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ from gateway._metrics import metrics_source
 from gateway._metrics_listener import metrics_listener
 from gateway._platform import Platform, open_platform
 from gateway._settings import ServeSettings
-from pool import KubernetesRuntime
+from pool import KubernetesRuntime, LocalRuntime
 
 __all__ = ["serve"]
 
@@ -109,11 +110,13 @@ def serve(settings: ServeSettings) -> None:
 async def _cleanup(settings: ServeSettings) -> None:
     async with open_platform(settings) as platform:
         killed = await platform.activator.kill_all()
+        if isinstance(platform.runtime, LocalRuntime):  # volumes stay, their filesystems unmounted until used
+            await asyncio.to_thread(platform.runtime.volumes.detach_all)
     print(f"agent-sandbox: killed {killed} sandboxes in {settings.data_dir}")
 
 
 def cleanup(settings: ServeSettings) -> None:
-    """Kill every sandbox of `settings.data_dir` (the server must not be running on it)."""
+    """Kill every sandbox of `settings.data_dir` (the server must not be running on it); volumes are kept."""
     uvloop.run(_cleanup(settings))
 
 

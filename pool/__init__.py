@@ -23,6 +23,7 @@ from pool._errors import (
     RuntimeFailure,
     SandboxGone,
     TemplateBuildFailed,
+    VolumeError,
 )
 from pool._executor_client import post_init
 from pool._kube import Connection as KubeConnection  # outside the kube package `Connection` alone says too little
@@ -69,6 +70,7 @@ from pool._templates import (
     has_sandboxed_layers,
     load_templates,
 )
+from pool._volumes import MAX_VOLUME_MOUNTS, VOLUME_SIZE_MB, VolumeMount, VolumeRecord
 from pool._warm import WarmPools, WarmPoolStats, WarmRuntime
 
 __all__ = [
@@ -78,7 +80,9 @@ __all__ = [
     "AUTOSTART_TAG",
     "DEFAULT_CRIU_DIR",
     "ENVD_PORT",
+    "MAX_VOLUME_MOUNTS",
     "SANDBOX_PATH",
+    "VOLUME_SIZE_MB",
     "Autostart",
     "BodyReader",
     "BuildLog",
@@ -129,6 +133,9 @@ __all__ = [
     "TemplateBuildFailed",
     "TemplateBuilder",
     "TemplateError",
+    "VolumeError",
+    "VolumeMount",
+    "VolumeRecord",
     "WarmPoolStats",
     "WarmPools",
     "WarmRuntime",

@@ -21,6 +21,7 @@ __all__ = [
     "RuntimeFailure",
     "SandboxGone",
     "TemplateBuildFailed",
+    "VolumeError",
 ]
 
 
@@ -70,3 +71,13 @@ class TemplateBuildFailed(PoolError):
     def __init__(self, message: str, *, layer: int | None) -> None:
         super().__init__(message)
         self.layer = layer
+
+
+class VolumeError(PoolError):
+    """A volume call refused: `status` is the HTTP status it answers (400 a bad path or request, 404 no such
+    volume or path, 409 a conflict, 507 the volume is full) and `message` says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message

@@ -12,6 +12,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from pool._templates import Template
+from pool._volumes import VolumeMount
 
 __all__ = [
     "ALL_TRAFFIC",
@@ -88,6 +89,7 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     egress: EgressRules = EgressRules()
     # Extra annotations for the runtime's objects (owner key id, metadata, lifecycle); never secrets.
     annotations: dict[str, str] = {}
+    volumes: tuple[VolumeMount, ...] = ()  # mounted read-write at their paths (runtimes with `volumes` only)
 
 
 class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):

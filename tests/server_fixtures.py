@@ -44,7 +44,10 @@ class RunningServer:
 
     def e2b_env(self) -> dict[str, str]:
         """The environment an E2B SDK user sets for the plain-HTTP single-host recipe."""
-        return {"E2B_API_KEY": self.api_key, "E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url}
+        return {
+            "E2B_API_KEY": self.api_key, "E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url,
+            "E2B_VOLUME_API_URL": self.url,  # the volume content API: the SDK would go to https://api.<domain>
+        }  # fmt: skip
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         if self.process.poll() is None:

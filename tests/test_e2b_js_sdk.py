@@ -89,6 +89,22 @@ const { Sandbox } = require("@e2b/code-interpreter");
 """
 
 
+_VOLUME_SCRIPT = """
+const { Sandbox, Volume } = require("e2b");
+(async () => {
+  const volume = await Volume.create(process.argv[1]);
+  await volume.writeFile("/from-js.txt", "written by js");
+  const sbx = await Sandbox.create({ volumeMounts: { "/mnt/js": volume } });
+  const run = await sbx.commands.run("cat /mnt/js/from-js.txt && echo back > /mnt/js/back.txt");
+  await sbx.kill();
+  const back = await volume.readFile("/back.txt");
+  const listed = (await Volume.list()).map((v) => v.name);
+  const destroyed = await Volume.destroy(volume.volumeId);
+  console.log(JSON.stringify({ stdout: run.stdout, back, listed, destroyed }));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
 def _node(server: RunningServer, script: str, *args: str) -> dict[str, object]:
     assert (SDK_DIR / "node_modules" / "e2b").is_dir(), "run scripts/install-js-sdk"
     env = {
@@ -135,3 +151,10 @@ def test_js_code_interpreter_sdk_gets_charts_data_and_typescript(server: Running
     ]
     assert out["data"] == {"n": [1, 2]}
     assert out["ts"] == "21"
+
+
+def test_js_sdk_volumes_are_written_mounted_read_and_destroyed(server: RunningServer) -> None:
+    name = f"js-{uuid.uuid4().hex[:8]}"
+    out = _node(server, _VOLUME_SCRIPT, name)
+    assert (out["stdout"], out["back"], out["destroyed"]) == ("written by js", "back\n", True)
+    assert name in out["listed"]  # type: ignore[operator]

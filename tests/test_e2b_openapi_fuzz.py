@@ -136,7 +136,12 @@ def test_the_document_describes_every_e2b_route_with_its_answers() -> None:
     }  # fmt: skip
     public = {(path, method) for path, method in served if "security" not in paths[path][method]}
     assert public == {("/health", "get"), ("/templates/{template_id}/files/{files_hash}", "put")}
-    for path, method in served - public:  # the key check's answers: no valid key; too many failed checks
+    volume_content = {(path, method) for path, method in served if path.startswith("/volumecontent/")}
+    assert len(volume_content) == 7
+    for path, method in volume_content:  # the volume's token, not a key: no valid token is a 401, never a 429
+        assert paths[path][method]["security"] == [{"VolumeToken": []}], f"{method} {path}"
+        assert "401" in paths[path][method]["responses"], f"{method} {path}"
+    for path, method in served - public - volume_content:  # the key check's: no valid key; too many failed checks
         assert {"401", "429"} <= set(paths[path][method]["responses"]), f"{method} {path}"
 
 

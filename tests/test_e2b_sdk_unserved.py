@@ -47,8 +47,6 @@ def test_unserved_features_of_a_running_sandbox_are_refused_by_name(e2b_env: Run
         ("POST", "/v2/templates"),
         ("PATCH", "/templates/tpl"),
         ("POST", "/sandboxes/abc/fork"),
-        ("POST", "/volumes"),
-        ("GET", "/volumes/v1"),
         ("GET", "/secrets"),
     ],
 )
@@ -62,8 +60,3 @@ def test_every_unserved_route_answers_501_in_e2b_shape(server: RunningServer, me
 
 def test_unserved_routes_still_need_an_api_key(server: RunningServer) -> None:
     assert httpx.get(server.url + "/secrets").status_code == 401
-
-
-def test_a_create_with_volume_mounts_is_refused_not_started_without_them(e2b_env: RunningServer) -> None:
-    with pytest.raises(SandboxException, match="400: volumeMounts is not supported by this server"):
-        Sandbox.create(volume_mounts={"/mnt/data": "scratch"})

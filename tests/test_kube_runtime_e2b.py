@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import Sandbox, SandboxQuery
+from e2b import Sandbox, SandboxException, SandboxQuery, Volume, VolumeException
 
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube
@@ -153,3 +153,10 @@ def test_the_server_keeps_nothing_of_the_cluster_state_on_its_disk(server: Runni
     """Records and key digests live in the namespace's Secrets: no state database in the data dir."""
     assert server.data_dir.is_dir()  # the check below looks where a state database would be
     assert not Path(server.data_dir / "state.db").exists()
+
+
+def test_volumes_are_refused_on_kubernetes_by_name() -> None:
+    with pytest.raises(VolumeException, match="501: volumes are not supported by this server's runtime"):
+        Volume.create("data")
+    with pytest.raises(SandboxException, match="501: volumes are not supported by this server's runtime"):
+        Sandbox.create(volume_mounts={"/data": "data"})

@@ -15,6 +15,7 @@ from activator._network import check_private_ingress, egress_in_force, mask_host
 from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState, record_time
 from activator._settings import ActivatorSettings
 from activator._template_records import BuildLogEntry, BuildRecord, TemplateRecord
+from activator._volumes import check_mount_paths
 from pool import SandboxStats, Template
 
 __all__ = [
@@ -58,7 +59,8 @@ def create_request(
         on_timeout = body.lifecycle.on_timeout or on_timeout
         auto_resume = auto_resume if body.lifecycle.auto_resume is None else body.lifecycle.auto_resume
     network = body.network or _wire.NetworkIn()
-    _refuse_unserved(network, iam=body.iam, volume_mounts=body.volume_mounts)
+    _refuse_unserved(network, iam=body.iam)
+    mounts = check_mount_paths((mount.name, mount.path) for mount in body.volume_mounts or ())
     secure = default_secure if body.secure is None else body.secure
     public = network.allow_public_traffic is not False
     check_private_ingress(public=public, secure=secure)
@@ -76,6 +78,7 @@ def create_request(
         egress=egress_in_force(network.allow_out, network.deny_out, allow_internet_access=internet),
         public_traffic=public,
         mask_request_host=None if network.mask_request_host is None else mask_host(network.mask_request_host),
+        volume_mounts=mounts,
     )
 
 
@@ -85,19 +88,15 @@ def network_update(body: _wire.NetworkUpdate) -> Egress:
     return egress_in_force(body.allow_out, body.deny_out, allow_internet_access=body.allow_internet_access)
 
 
-def _refuse_unserved(
-    network: _wire.NetworkIn | _wire.NetworkUpdate, *, iam: object = None, volume_mounts: object = None
-) -> None:
+def _refuse_unserved(network: _wire.NetworkIn | _wire.NetworkUpdate, *, iam: object = None) -> None:
     """Options nothing here carries out: per-host header rules and a SOCKS5 hop need an egress proxy that
-    rewrites and tunnels, DNS servers and HTTPS ports a data path that knows them; volumes are not served yet
-    (a sandbox started without its mounts would write where nothing is kept)."""
+    rewrites and tunnels, DNS servers and HTTPS ports a data path that knows them."""
     unserved = {
         "network.rules": network.rules,
         "network.egressProxy": network.egress_proxy,
         "network.dnsServers": network.dns_servers,
         "network.httpsPorts": network.https_ports if isinstance(network, _wire.NetworkIn) else None,
         "iam": iam,
-        "volumeMounts": volume_mounts or None,
     }
     for name, value in unserved.items():
         if value is not None:
@@ -154,6 +153,7 @@ def sandbox_detail(record: SandboxRecord) -> _wire.SandboxDetail:
             deny_out=list(record.egress.deny_out) or None,
             mask_request_host=record.ingress.mask_request_host,
         ),
+        volume_mounts=[_wire.VolumeMountIn(name=mount.name, path=mount.path) for mount in record.volumes],
         envd_access_token=record.access_token,
     )
 

@@ -3,10 +3,11 @@
 It is served at `/openapi.json` (no key needed: it says what E2B's public spec says, for the operations this server
 serves). Every operation documents each status it answers: its success body, and each error in E2B's shape
 (`ErrorBody`, `{"code", "message"}`), declared on the route with `errors(...)`, or `keyed_errors(...)` where it
-needs a key. Those routes carry the `X-API-Key` security requirement (E2B's `ApiKeyAuth`; no route of this API
-takes a Bearer token) because they sit under the router whose middleware checks the key (`e2b_router`), so the
-document and the check cannot disagree. tests/test_e2b_openapi_fuzz.py fuzzes every operation against a real
-server and fails on an answer the document does not describe.
+needs a key. Those routes carry the `X-API-Key` security requirement (E2B's `ApiKeyAuth`) because they sit under
+the router whose middleware checks the key (`e2b_router`), so the document and the check cannot disagree. The
+volume content API takes a volume's own token as `Authorization: Bearer` instead (`VOLUME_TOKEN_REQUIRED`).
+tests/test_e2b_openapi_fuzz.py fuzzes every operation against a real server and fails on an answer the document
+does not describe.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from litestar.types.internal_types import PathParameterDefinition
 
 from activator._e2b._wire import ErrorBody
 
-__all__ = ["API_KEY_REQUIRED", "OPENAPI_PATH", "e2b_openapi_config", "errors", "keyed_errors"]
+__all__ = ["API_KEY_REQUIRED", "OPENAPI_PATH", "VOLUME_TOKEN_REQUIRED", "e2b_openapi_config", "errors", "keyed_errors"]
 
 OPENAPI_PATH = "/openapi.json"
 _API_KEY_SCHEME = "ApiKeyAuth"  # E2B's name for it (infra `spec/openapi.yml`)
 API_KEY_REQUIRED: list[SecurityRequirement] = [{_API_KEY_SCHEME: []}]
+_VOLUME_TOKEN_SCHEME = "VolumeToken"
+VOLUME_TOKEN_REQUIRED: list[SecurityRequirement] = [{_VOLUME_TOKEN_SCHEME: []}]
 
 
 def e2b_openapi_config() -> OpenAPIConfig:
@@ -35,11 +38,14 @@ def e2b_openapi_config() -> OpenAPIConfig:
     api_key = SecurityScheme(
         type="apiKey", name="X-API-Key", security_scheme_in="header", description="An API key, `e2b_<32 hex>`."
     )
+    volume_token = SecurityScheme(
+        type="http", scheme="bearer", description="A volume's token (`Volume.create`), for its content API only."
+    )
     return OpenAPIConfig(
         title="agent-sandbox E2B API",
         version=version("agent-sandbox"),
         description="The E2B-compatible control plane of agent-sandbox: the operations it serves, as it serves them.",
-        components=Components(security_schemes={_API_KEY_SCHEME: api_key}),
+        components=Components(security_schemes={_API_KEY_SCHEME: api_key, _VOLUME_TOKEN_SCHEME: volume_token}),
         use_handler_docstrings=True,
         operation_id_creator=_operation_id,
         path=OPENAPI_PATH,  # the document router's own path; the JSON plugin serves its root

@@ -35,6 +35,7 @@ __all__ = [
     "NetworkOut",
     "NetworkUpdate",
     "NewSandbox",
+    "NewVolume",
     "PauseRequest",
     "RefreshRequest",
     "RemoveTags",
@@ -50,6 +51,10 @@ __all__ = [
     "TemplateOut",
     "TemplateTagOut",
     "TimeoutRequest",
+    "VolumeAndToken",
+    "VolumeMetadata",
+    "VolumeMountIn",
+    "VolumeOut",
 ]
 
 _Seconds = Annotated[int, msgspec.Meta(ge=0)]
@@ -98,6 +103,38 @@ class NetworkUpdate(_Wire, forbid_unknown_fields=True):
     allow_internet_access: bool | None = msgspec.field(default=None, name="allow_internet_access")
 
 
+class VolumeMountIn(_Wire):
+    """`SandboxVolumeMount`: the key's volume `name` at `path` in the sandbox."""
+
+    name: str
+    path: str
+
+
+class NewVolume(_Wire):
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-zA-Z0-9_-]+$", min_length=1, max_length=128)]
+
+
+class VolumeOut(_Wire):
+    """`Volume` (GET /volumes)."""
+
+    volume_id: str = msgspec.field(name="volumeID")
+    name: str
+
+
+class VolumeAndToken(VolumeOut, kw_only=True):
+    """`VolumeAndToken` (POST /volumes, GET /volumes/{id}); no `domain`: content calls go to the API's host."""
+
+    token: str
+
+
+class VolumeMetadata(_Wire):
+    """The content API's PATCH body: what to change of an entry."""
+
+    uid: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    gid: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    mode: Annotated[int, msgspec.Meta(ge=0, le=0o7777)] | None = None
+
+
 class NewSandbox(_Wire):
     """`NewSandboxV2` (POST /v2/sandboxes) and `NewSandbox` (POST /sandboxes, which adds `secure`)."""
 
@@ -109,7 +146,7 @@ class NewSandbox(_Wire):
     allow_internet_access: bool | None = msgspec.field(default=None, name="allow_internet_access")
     network: NetworkIn | None = None
     iam: Any = None  # workload identity tokens: refused
-    volume_mounts: list[Any] | None = msgspec.field(default=None, name="volumeMounts")  # refused until volumes exist
+    volume_mounts: list[VolumeMountIn] | None = msgspec.field(default=None, name="volumeMounts")
     secure: bool | None = None
     metadata: dict[str, str] | None = None
     env_vars: EnvVars | None = None
@@ -200,6 +237,7 @@ class SandboxDetail(ListedSandbox, kw_only=True):
     allow_internet_access: bool | None
     lifecycle: LifecycleOut
     network: NetworkOut
+    volume_mounts: list[VolumeMountIn] = msgspec.field(default_factory=list, name="volumeMounts")
     envd_access_token: str | None = None
 
 

@@ -28,7 +28,7 @@ from pool._local._disk import DiskImages, disk_usage
 from pool._local._egress import Egress, EgressSettings
 from pool._local._egress_policy import DNS_ADDRESS
 from pool._local._images import ImageStore
-from pool._local._launcher import EXECUTOR_LOG, ROOT_MOUNTPOINT, launch
+from pool._local._launcher import EXECUTOR_LOG, ROOT_MOUNTPOINT, VOLUMES_FILE, launch, volume_mounts
 from pool._local._netns import NetnsSocketFactory
 from pool._local._orphans import reap_orphans
 from pool._local._sandbox import Sandbox, load_sandbox, tree_size
@@ -38,10 +38,12 @@ from pool._local._slots import SlotAllocator
 from pool._local._snapshots import snapshot_bytes
 from pool._local._syscalls import set_child_subreaper
 from pool._local._userns import IDS_PER_SANDBOX, host_id_base
+from pool._local._volumes import LocalVolumes
 from pool._local._workers import Workers
 from pool._runtime import EgressRules, SandboxSpec, SandboxStats, SnapshotInfo, SnapshotKind
 from pool._template_start import bring_up
 from pool._templates import Resources
+from pool._volumes import VolumeMount
 
 __all__ = ["LocalRuntimeSettings", "LocalSandboxes", "crash_reason", "record_snapshot"]
 
@@ -87,6 +89,7 @@ class LocalSandboxes:
         ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
         self._root = settings.data_dir / "sandboxes"
         self._root.mkdir(parents=True, exist_ok=True)
+        self.volumes = LocalVolumes(settings.data_dir / "volumes", self._disks)
         # Running (or starting) sandboxes, and snapshotted ones. A sandbox is in at most one of the two; both
         # are changed only on the event loop, by the transition methods below.
         self._sandboxes: dict[str, Sandbox] = {}
@@ -115,7 +118,7 @@ class LocalSandboxes:
         except ImageBuildError as exc:
             raise RuntimeFailure(str(exc)) from exc
         self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
-        box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
+        box = await self._prepared(spec.sandbox_id, layers, spec.template.resources, spec.volumes)
         try:
             box.cgroup.create(spec.template.resources)
             await self._launch(box, layers)
@@ -125,11 +128,13 @@ class LocalSandboxes:
             await self.stop(spec.sandbox_id)
             raise
 
-    async def _prepared(self, sandbox_id: str, layers: list[Path], resources: Resources) -> Sandbox:
+    async def _prepared(
+        self, sandbox_id: str, layers: list[Path], resources: Resources, volumes: tuple[VolumeMount, ...] = ()
+    ) -> Sandbox:
         """`_prepare` in a worker thread, recorded as running once done. A cancelled caller does not stop the
         thread: what it makes is undone before the cancellation goes on; a `stop` meanwhile waits for either."""
         done = self._preparing[sandbox_id] = asyncio.Event()
-        prepare = self.workers.run(self.workers.lifecycle, self._prepare, sandbox_id, layers, resources)
+        prepare = self.workers.run(self.workers.lifecycle, self._prepare, sandbox_id, layers, resources, volumes)
         work = asyncio.ensure_future(prepare)
         try:
             box = await asyncio.shield(work)
@@ -144,8 +149,11 @@ class LocalSandboxes:
             del self._preparing[sandbox_id]
             done.set()
 
-    def _prepare(self, sandbox_id: str, layers: list[Path], resources: Resources) -> Sandbox:
-        """The sandbox's directory, uid slot and writable layer (blocking: the layer's filesystem is made here)."""
+    def _prepare(
+        self, sandbox_id: str, layers: list[Path], resources: Resources, volumes: tuple[VolumeMount, ...]
+    ) -> Sandbox:
+        """The sandbox's directory, uid slot, writable layer and the volumes it mounts (blocking: the layer's
+        filesystem is made here)."""
         directory = self._root / sandbox_id
         slot = self._slots.take(str(directory))
         box = Sandbox(directory, slot, SandboxCgroup(self._cgroups, sandbox_id), resources)
@@ -155,6 +163,9 @@ class LocalSandboxes:
             (directory / "slot").write_text(str(slot))
             (directory / "resources.json").write_bytes(msgspec.json.encode(resources))
             (directory / "layers.json").write_bytes(msgspec.json.encode([str(layer) for layer in layers]))
+            if volumes:
+                mounts = [(str(self.volumes.files(volume.volume_id)), volume.path) for volume in volumes]
+                (directory / VOLUMES_FILE).write_bytes(msgspec.json.encode(mounts))
             self._disks.create(directory, resources.disk_mb, base)
             self._files.write(directory / "upper", base, layers)
         except BaseException:
@@ -163,6 +174,8 @@ class LocalSandboxes:
         return box
 
     async def _launch(self, box: Sandbox, layers: list[Path]) -> None:
+        for files, _ in volume_mounts(box.directory):  # mounted again after a reboot
+            await self.workers.run(self.workers.lifecycle, self.volumes.files, Path(files).parent.name)
         await launch(
             box, layers, seccomp=self._seccomp, within=self._settings.start_timeout, pool=self.workers.lifecycle
         )

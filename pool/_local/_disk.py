@@ -103,6 +103,19 @@ class DiskImages:
                 (directory / name).mkdir(exist_ok=True)
                 os.chown(directory / name, owner, owner)
             return
+        self.format(directory, disk_mb, owner)
+        for name in _LAYER_DIRS:
+            (directory / _MOUNT / name).mkdir()
+            os.chown(directory / _MOUNT / name, owner, owner)
+            (directory / name).symlink_to(Path(_MOUNT) / name)
+
+    def format(self, directory: Path, disk_mb: int, owner: int) -> Path:
+        """Make a filesystem of `disk_mb` MiB in `directory` (its root owned by `owner`, nothing else in it) and
+        mount it; where it is mounted (blocking). Plain directory `disk` when images are not enabled."""
+        if not self.enabled:
+            (directory / _MOUNT).mkdir(exist_ok=True)
+            os.chown(directory / _MOUNT, owner, owner)
+            return directory / _MOUNT
         image = directory / _IMAGE
         with open(image, "wb") as f:
             f.truncate(disk_mb << 20)
@@ -115,14 +128,11 @@ class DiskImages:
             stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if result.returncode != 0:
-            raise RuntimeFailure(f"mkfs.ext4 for sandbox {directory.name} failed: {result.stderr.strip()[-500:]}")
+            raise RuntimeFailure(f"mkfs.ext4 for {directory.name} failed: {result.stderr.strip()[-500:]}")
         self.attach(directory)
-        for name in _LAYER_DIRS:
-            (directory / _MOUNT / name).mkdir()
-            os.chown(directory / _MOUNT / name, owner, owner)
-            (directory / name).symlink_to(Path(_MOUNT) / name)
         with contextlib.suppress(FileNotFoundError):
-            (directory / _MOUNT / "lost+found").rmdir()  # not the sandbox's: it sees the upper directory only
+            (directory / _MOUNT / "lost+found").rmdir()  # nobody's: a sandbox sees its upper directory, or a volume
+        return directory / _MOUNT
 
     def attach(self, directory: Path) -> None:
         """Mount the sandbox's filesystem if it has one and it is not mounted (after a reboot) (blocking);
@@ -133,7 +143,7 @@ class DiskImages:
         try:
             self._mount(image, target)
         except OSError as exc:
-            raise RuntimeFailure(f"the filesystem of sandbox {directory.name} cannot be mounted: {exc}") from exc
+            raise RuntimeFailure(f"the filesystem of {directory.name} cannot be mounted: {exc}") from exc
 
     @staticmethod
     def _mount(image: Path, target: Path) -> None:

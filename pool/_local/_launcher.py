@@ -2,10 +2,10 @@
 
 The launcher is the forked child that becomes bubblewrap. Still root on the host, it joins the sandbox's
 cgroups, makes a private mount namespace, mounts each template layer id-shifted into the sandbox's uid
-range with the writable layer over them (overlayfs), then enters the sandbox's user namespace as its root
-and execs bubblewrap, which adds the pid, ipc, uts and network namespaces, the seccomp filter and the
-capability set, and runs the executor as the sandbox's pid 1. The mounts live exactly as long as the
-sandbox: nothing is left on the host when its processes are gone.
+range with the writable layer over them (overlayfs) and its volumes, id-shifted too, then enters the
+sandbox's user namespace as its root and execs bubblewrap, which adds the pid, ipc, uts and network
+namespaces, the seccomp filter and the capability set, and runs the executor as the sandbox's pid 1. The
+mounts live exactly as long as the sandbox: nothing is left on the host when its processes are gone.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = [
     "ROOT_MOUNTPOINT",
     "SANDBOX_CAPABILITIES",
     "SANDBOX_PATH",
+    "VOLUMES_FILE",
     "bwrap_argv",
     "launch",
     "launcher_steps",
@@ -62,6 +63,7 @@ SANDBOX_CAPABILITIES = (
 ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
 _LAYER_MOUNTS = Path("/run/agent-sandbox/layers")  # the template layers, id-mapped, under the overlay (`root_mounts`)
 _WRITABLE_MOUNT = Path("/run/agent-sandbox/writable")  # the directory with the overlay's upper and work
+VOLUMES_FILE = "volumes.json"  # in the sandbox directory: the volumes it mounts (`volume_mounts`)
 # Every sandbox process starts with this PATH unless its template or request sets another.
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -130,9 +132,12 @@ def root_mounts(sandbox_dir: Path, layers: list[Path]) -> Callable[[int, int], N
     /run/agent-sandbox first, and the overlay is made of those: its options are what /proc/self/mountinfo shows
     inside, which then names no host path (data directory, sandbox ids, image cache). The mount points are made
     here, on the host, before the fork. An overlay still going away (a sandbox just dumped by CRIU) makes the
-    mount EBUSY for a moment: it is tried again for up to 5 s.
+    mount EBUSY for a moment: it is tried again for up to 5 s. Then each volume of `volumes.json` is bound
+    id-mapped, read-write, at its path in the root, so the sandbox's ids own what its ids own in the volume.
     """
     lowers = [f"{_LAYER_MOUNTS}/{i}" for i in range(len(layers))]
+    volumes = volume_mounts(sandbox_dir)
+    root_uid = os.stat(sandbox_dir / "upper").st_uid if volumes else 0  # the sandbox's root, outside
     for lower in (*lowers, str(_WRITABLE_MOUNT)):
         os.makedirs(lower, exist_ok=True)
     writable = str((sandbox_dir / "upper").resolve().parent)  # with `upper` and `work` in it (`_disk`)
@@ -147,13 +152,50 @@ def root_mounts(sandbox_dir: Path, layers: list[Path]) -> Callable[[int, int], N
         deadline = time.monotonic() + 5
         while True:
             try:
-                return mount("overlay", str(ROOT_MOUNTPOINT), "overlay", options, flags)
+                mount("overlay", str(ROOT_MOUNTPOINT), "overlay", options, flags)
+                break
             except OSError as exc:
                 if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
+        for files, path in volumes:
+            point = mount_point(str(ROOT_MOUNTPOINT), path, root_uid)
+            try:
+                bind_idmapped(files, point, userns_fd, read_only=False)
+            finally:
+                os.close(point)
 
     return mount_root
+
+
+def volume_mounts(sandbox_dir: Path) -> list[tuple[str, str]]:
+    """The volumes the sandbox mounts: (their files on the host, the path inside), from `volumes.json`."""
+    try:
+        return [(files, path) for files, path in json.loads((sandbox_dir / VOLUMES_FILE).read_text())]
+    except FileNotFoundError:
+        return []
+
+
+def mount_point(root: str, path: str, owner: int) -> int:
+    """A descriptor of directory `path` under `root` (the sandbox's root), made (owned by `owner`, the sandbox's
+    root) where it is missing. No component is followed if it is a symlink: a template's or a snapshot's link
+    must not move a mount out of the sandbox's root (the start fails instead)."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for part in (p for p in path.split("/") if p):
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                os.chown(part, owner, owner, dir_fd=fd, follow_symlinks=False)
+                child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def drop_other_sandboxes_mounts(sandbox_dir: Path) -> None:

@@ -38,6 +38,7 @@ _AT_RECURSIVE = 0x8000
 _OPEN_TREE_CLONE = 1
 _OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MOUNT_ATTR_IDMAP = 0x00100000
 _MOUNT_ATTR_RDONLY = 0x1
 # The new mount API has one syscall number on every architecture (they were added after unification).
@@ -89,8 +90,9 @@ def make_mounts_private() -> None:
     _check(_libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None), "mount --make-rprivate /")
 
 
-def bind_idmapped(source: str, target: str, userns_fd: int, *, read_only: bool) -> None:
-    """Bind `source` at `target`, with its file owners shifted by the uid/gid map of `userns_fd`."""
+def bind_idmapped(source: str, target: str | int, userns_fd: int, *, read_only: bool) -> None:
+    """Bind `source` at `target` (a path, or a descriptor of the directory to mount on), with its file owners
+    shifted by the uid/gid map of `userns_fd`."""
     flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
     tree = _check(_libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), flags), f"open_tree {source}")
     try:
@@ -101,10 +103,11 @@ def bind_idmapped(source: str, target: str, userns_fd: int, *, read_only: bool) 
             ),
             f"mount_setattr {source}",
         )
-        _check(
-            _libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH),
-            f"move_mount {target}",
-        )
+        if isinstance(target, int):
+            flags, target_dir, target_path = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH, target, b""
+        else:
+            flags, target_dir, target_path = _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD, target.encode()
+        _check(_libc.syscall(_SYS_MOVE_MOUNT, tree, b"", target_dir, target_path, flags), f"move_mount {target}")
     finally:
         os.close(tree)
 
