@@ -24,20 +24,13 @@ from e2b_code_interpreter.charts import (
 )
 
 from tests.server_fixtures import RunningServer
-from tests.test_code_interpreter_sdk import ensure_interpreter
+from tests.test_code_interpreter_sdk import interpreter_sandbox
 
 
 @pytest.fixture(scope="module")
 def sbx(server: RunningServer) -> Iterator[Sandbox]:
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in server.e2b_env().items():
-            patch.setenv(name, value)
-        sandbox = Sandbox.create()
-        try:
-            ensure_interpreter(server, sandbox)
-            yield sandbox
-        finally:
-            sandbox.kill()
+    with interpreter_sandbox(server) as sandbox:
+        yield sandbox
 
 
 def pngs(execution: Execution) -> list[bytes]:

@@ -12,27 +12,19 @@ from typing import Any
 
 import httpx
 import pytest
-from e2b_code_interpreter import Sandbox
 
 from tests.server_fixtures import RunningServer
-from tests.test_code_interpreter_sdk import ensure_interpreter
+from tests.test_code_interpreter_sdk import interpreter_sandbox
 
 
 @pytest.fixture(scope="module")
 def interpreter(server: RunningServer) -> Iterator[httpx.Client]:
     """An HTTP client whose requests reach port 49999 of one code-interpreter sandbox."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in server.e2b_env().items():
-            patch.setenv(name, value)
-        sandbox = Sandbox.create()
-    try:
-        ensure_interpreter(server, sandbox)
+    with interpreter_sandbox(server) as sandbox:
         headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
         headers["X-Access-Token"] = sandbox._envd_access_token or ""  # what the SDK sends (a secure sandbox's)
         with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
             yield client
-    finally:
-        sandbox.kill()
 
 
 def execute(client: httpx.Client, code: str, **fields: Any) -> tuple[httpx.Response, list[str]]:

@@ -7,6 +7,7 @@ break or reset a context make their own context, so the default ones stay as the
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 from collections.abc import Iterator
 
@@ -36,8 +37,9 @@ def ensure_interpreter(server: RunningServer, sandbox: Sandbox) -> None:
     wait_for(lambda: interpreter_answers(server, sandbox.sandbox_id), what="the interpreter service on port 49999")
 
 
-@pytest.fixture(scope="module")
-def sbx(server: RunningServer) -> Iterator[Sandbox]:
+@contextlib.contextmanager
+def interpreter_sandbox(server: RunningServer) -> Iterator[Sandbox]:
+    """A code-interpreter sandbox with its service answering, the SDK pointed at `server` meanwhile; killed after."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in server.e2b_env().items():
             patch.setenv(name, value)
@@ -47,6 +49,12 @@ def sbx(server: RunningServer) -> Iterator[Sandbox]:
             yield sandbox
         finally:
             sandbox.kill()
+
+
+@pytest.fixture(scope="module")
+def sbx(server: RunningServer) -> Iterator[Sandbox]:
+    with interpreter_sandbox(server) as sandbox:
+        yield sandbox
 
 
 def test_run_code_returns_the_value_of_the_last_expression(sbx: Sandbox) -> None:
