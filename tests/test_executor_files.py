@@ -44,6 +44,18 @@ def test_gzip_upload_and_gzip_download(envd: Envd, workdir: str) -> None:
     assert response.content == data  # httpx undid the gzip
 
 
+def test_a_download_that_does_not_compress_is_sent_as_it_is(envd: Envd, workdir: str) -> None:
+    sandbox = envd.sandbox()
+    data = os.urandom(300_000) + b"compressible " * 10_000  # the first 64 KiB decide
+    sandbox.files.write(f"{workdir}/random.bin", data)
+    assert sandbox.files.read(f"{workdir}/random.bin", format="bytes") == data
+    with envd.client() as client:
+        response = client.get("/files", params={"path": f"{workdir}/random.bin"}, headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in response.headers
+    assert response.headers["content-length"] == str(len(data))
+    assert response.content == data
+
+
 def test_write_files_uploads_several_files_in_one_multipart_request(envd: Envd, workdir: str) -> None:
     sandbox = envd.sandbox()
     written = sandbox.files.write_files(
