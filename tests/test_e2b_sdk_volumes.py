@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,7 +23,7 @@ from e2b import (
     VolumeFileType,
 )
 
-from tests.server_fixtures import RunningServer
+from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
 
 @pytest.fixture
@@ -161,3 +162,22 @@ async def test_the_async_sdk_creates_writes_and_reads_a_volume(e2b_env: RunningS
         assert [entry.name for entry in await made.list("/")] == ["a.txt"]
     finally:
         await AsyncVolume.destroy(made.volume_id)
+
+
+def test_volumes_and_their_sandboxes_outlive_a_server_restart(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with running_server(data_dir) as first:
+        point_e2b_at(first, monkeypatch)
+        volume = Volume.create("kept")
+        volume.write_file("/before.txt", "before the restart")
+        sandbox = Sandbox.create(volume_mounts={"/data": volume}, timeout=600)
+        sandbox.commands.run("sleep 600", background=True)
+        first.stop()  # a sandbox outlives the server (the block's end cleans up)
+        with running_server(data_dir) as second:
+            point_e2b_at(second, monkeypatch)
+            again = Volume.connect(volume.volume_id)
+            assert again.read_file("/before.txt") == "before the restart"
+            kept = Sandbox.connect(sandbox.sandbox_id)
+            ran = kept.commands.run("cat /data/before.txt && pgrep -x sleep >/dev/null && echo ' alive'")
+            assert ran.stdout == "before the restart alive\n"
+            kept.kill()
+            Volume.destroy(volume.volume_id)
