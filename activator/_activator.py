@@ -134,6 +134,7 @@ class Activator:
         self._health_details = health_details
         self._warm = warm
         self._volumes = volumes
+        self._mounting: Counter[str] = Counter()  # volume id -> creates that mount it and are not live yet
         self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
         self._samples = MetricsRing(runtime, clock)
@@ -194,12 +195,18 @@ class Activator:
         template = self.catalog.resolve(request.template, owner)
         self._refuse_unenforced(request.egress)
         record = self._new_record(owner, request, template)
-        if request.volume_mounts:
-            store = self._volume_store()
-            mounts = await asyncio.to_thread(resolve_mounts, store, owner, request.volume_mounts)
-            record = msgspec.structs.replace(record, volumes=mounts)
-        async with self._quota.admit(record):  # QuotaExceeded (429) past the key's limits, before anything starts
-            return await self._start(record)
+        if not request.volume_mounts:
+            async with self._quota.admit(record):  # QuotaExceeded (429) past the key's limits, before anything starts
+                return await self._start(record)
+        store = self._volume_store()
+        mounts = await volume_call(resolve_mounts, store, owner, request.volume_mounts)
+        record = msgspec.structs.replace(record, volumes=mounts)
+        self._mounting.update(mount.volume_id for mount in mounts)  # a destroy meanwhile is refused
+        try:
+            async with self._quota.admit(record):
+                return await self._start(record)
+        finally:
+            self._mounting.subtract(mount.volume_id for mount in mounts)
 
     async def _start(self, record: SandboxRecord) -> SandboxRecord:
         claimed = None
@@ -249,6 +256,8 @@ class Activator:
         users = sorted(r.id for r in self._machine.live.values() if any(m.volume_id == volume_id for m in r.volumes))
         if users:
             raise SandboxConflict(f"volume {volume_id} is mounted by sandbox {', '.join(users)}: kill it first")
+        if self._mounting[volume_id] > 0:
+            raise SandboxConflict(f"volume {volume_id} is being mounted by a sandbox starting now: kill it first")
         await volume_call(store.destroy, owner, volume_id)
 
     async def _key_limits(self, owner: str) -> KeyLimits:

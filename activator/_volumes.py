@@ -15,8 +15,12 @@ __all__ = ["Ownership", "VolumeStore", "VolumeUpload", "check_mount_paths", "res
 
 _T = TypeVar("_T")
 
-# What a volume may not cover: the sandbox's kernel filesystems, its root, and the executor it runs.
-_RESERVED = ("/proc", "/sys", "/dev", "/opt/agent-sandbox")
+# What a volume may not cover, nor be mounted above: the sandbox's kernel filesystems, and what its pid 1
+# (`/usr/bin/python3 /opt/agent-sandbox/run-executor.py`) and its shells need.
+_RESERVED = (
+    "/proc", "/sys", "/dev", "/opt/agent-sandbox", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin",
+    "/usr/lib", "/usr/lib64",
+)  # fmt: skip
 
 
 class VolumeStore(Protocol):
@@ -40,7 +44,7 @@ class VolumeStore(Protocol):
 
     def open_for_read(self, volume_id: str, path: str) -> tuple[int, int]: ...
 
-    def upload(self, volume_id: str, path: str, ids: Ownership, *, force: bool) -> VolumeUpload: ...
+    def upload(self, volume_id: str, path: str, ids: Ownership) -> VolumeUpload: ...
 
     def update(self, volume_id: str, path: str, ids: Ownership) -> dict[str, object]: ...
 
@@ -72,8 +76,8 @@ def check_mount_paths(mounts: Iterable[tuple[str, str]]) -> tuple[tuple[str, str
     for name, path in mounts:
         if not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
             bad.append(f"{name} at {path!r}: the path must be absolute and clean (no '.', '..', '//' or trailing '/')")
-        elif any(path == r or path.startswith(r + "/") for r in _RESERVED):
-            bad.append(f"{name} at {path!r}: {', '.join(_RESERVED)} are the sandbox's own")
+        elif any(path == r or path.startswith(r + "/") or r.startswith(path + "/") for r in _RESERVED):
+            bad.append(f"{name} at {path!r}: {', '.join(_RESERVED)} (and what holds them) are the sandbox's own")
         elif paths.count(path) > 1:
             bad.append(f"{name} at {path!r}: another volume is mounted there")
         elif any(other != path and path.startswith(other + "/") for other in paths):

@@ -51,7 +51,8 @@ def test_a_volume_written_by_one_sandbox_is_read_by_another_after_the_first_is_k
 
 
 def test_the_content_api_writes_lists_stats_updates_and_removes(volume: Volume) -> None:
-    written = volume.write_file("/notes/today.txt", "from the api", force=True)
+    volume.make_dir("/notes")
+    written = volume.write_file("/notes/today.txt", "from the api")
     assert (written.path, written.size, written.uid, written.gid, written.mode) == (
         "/notes/today.txt",
         12,
@@ -92,8 +93,14 @@ def test_a_sandboxs_symlinks_never_lead_the_content_api_out_of_the_volume(volume
     with pytest.raises(NotFoundException):
         volume.read_file("/passwd")  # /etc/passwd of the volume, which has none: not the host's
     assert [entry.name for entry in volume.list("/root")] == ["passwd", "root", "up"]  # `/` is the volume's root
-    volume.write_file("/up/escaped.txt", "stays inside")  # `..` stops at the volume's root
+    volume.write_file("/up/escaped.txt", "stays inside")  # a link's `..` stops at the volume's root
     assert volume.read_file("/escaped.txt") == "stays inside"
+    for path in ("/..", "/../..", "/root/.."):  # as a last component it would be the volume's host directory
+        with pytest.raises(VolumeException, match=r"'\.\.' is not allowed"):
+            volume.remove(path)
+        with pytest.raises(VolumeException, match=r"'\.\.' is not allowed"):
+            volume.update_metadata(path, uid=1000, mode=0o777)
+    assert volume.read_file("/escaped.txt") == "stays inside"  # the volume is whole
 
 
 def test_the_content_api_needs_the_volumes_own_token(e2b_env: RunningServer, volume: Volume) -> None:
@@ -132,6 +139,7 @@ def test_volumes_are_listed_connected_and_destroyed_per_key(volume: Volume) -> N
         ({"data/relative": "VOLUME"}, "the path must be absolute and clean"),
         ({"/data/../etc": "VOLUME"}, "the path must be absolute and clean"),
         ({"/proc/x": "VOLUME"}, "are the sandbox's own"),
+        ({"/usr": "VOLUME"}, "(and what holds them) are the sandbox's own"),
     ],
 )
 def test_a_bad_volume_mount_is_a_400_that_names_it(volume: Volume, mounts: dict[str, str], message: str) -> None:

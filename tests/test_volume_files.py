@@ -33,7 +33,7 @@ def test_symlinks_resolve_inside_the_volume_and_are_not_followed_when_acted_on(v
     assert raised.value.status == 404  # `outside.txt` of the volume, which has none
     with pytest.raises(VolumeError):
         files.open_for_read(volume, "/dir/outside.txt")
-    upload = files.Upload(volume, "/up/written.txt", uid=None, gid=None, mode=None, force=False)
+    upload = files.Upload(volume, "/up/written.txt", uid=None, gid=None, mode=None)
     upload.write(b"inside")
     upload.finish()
     assert (volume / "written.txt").read_bytes() == b"inside"  # `..` stopped at the root
@@ -48,13 +48,13 @@ def test_symlinks_resolve_inside_the_volume_and_are_not_followed_when_acted_on(v
 
 def test_an_upload_replaces_the_file_only_when_finished(volume: Path) -> None:
     (volume / "data.txt").write_text("old")
-    upload = files.Upload(volume, "/data.txt", uid=1000, gid=1000, mode=0o640, force=False)
+    upload = files.Upload(volume, "/data.txt", uid=1000, gid=1000, mode=0o640)
     upload.write(b"new")
     assert (volume / "data.txt").read_text() == "old"
     upload.abandon()
     assert (volume / "data.txt").read_text() == "old"
     assert sorted(os.listdir(volume)) == ["data.txt"]  # no temporary file left
-    upload = files.Upload(volume, "/data.txt", uid=1000, gid=1000, mode=0o640, force=False)
+    upload = files.Upload(volume, "/data.txt", uid=1000, gid=1000, mode=0o640)
     upload.write(b"new")
     entry = upload.finish()
     assert (entry["size"], entry["uid"], entry["mode"]) == (3, 1000, 0o640)
@@ -70,9 +70,23 @@ def test_directories_are_made_listed_to_a_depth_and_removed(volume: Path) -> Non
     with pytest.raises(VolumeError) as raised:
         files.make_dir(volume, "/a", uid=None, gid=None, mode=None, force=False)
     assert raised.value.status == 409
-    files.make_dir(volume, "/a", uid=None, gid=None, mode=None, force=True)  # force: an existing one is fine
+    os.chown(volume / "a", 0, 0)
+    files.make_dir(volume, "/a", uid=None, gid=None, mode=0o700, force=True)  # force: an existing one is fine,
+    assert (os.stat(volume / "a").st_uid, os.stat(volume / "a").st_mode & 0o777) == (0, 0o755)  # and kept as it was
     files.remove(volume, "/a")
     assert os.listdir(volume) == []
     with pytest.raises(VolumeError) as raised:
         files.remove(volume, "/")
     assert raised.value.status == 400
+
+
+def test_a_parent_component_is_refused_before_anything_is_touched(volume: Path) -> None:
+    (volume / "root").symlink_to("/")
+    for path in ("/..", "/a/../..", "/root/.."):
+        with pytest.raises(VolumeError) as raised:
+            files.remove(volume, path)
+        assert raised.value.status == 400
+        with pytest.raises(VolumeError):
+            files.update(volume, path, uid=1000, gid=1000, mode=0o777)
+    assert volume.parent.stat().st_mode & 0o777 != 0o777
+    assert volume.is_dir()

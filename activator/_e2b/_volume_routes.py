@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from litestar import Request, Response, delete, get, patch, post, put
+from litestar.background_tasks import BackgroundTask
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import JSONBody, PathParameter, QueryParameter
 from litestar.response import Stream
@@ -64,9 +64,8 @@ async def destroy_volume(volume_id: _VolumeId, activator: ActivatorDep, owner: O
 
 
 async def _store(request: Request[Any, Any, Any], activator: ActivatorDep, volume_id: str) -> VolumeStore:
-    header = request.headers.get("authorization", "")
-    token = header[7:] if header[:7].lower() == "bearer " else ""
-    return await activator.volume_files(volume_id, token)
+    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+    return await activator.volume_files(volume_id, token.strip() if scheme.lower() == "bearer" else "")
 
 
 _CONTENT_ERRORS = errors(400, 401, 404, 501)
@@ -111,27 +110,49 @@ async def content_make_dir(
     request: Request[Any, Any, Any], volume_id: _VolumeId, path: _Path, activator: ActivatorDep,
     uid: _Id = None, gid: _Id = None, mode: _Mode = None, force: _Force = False,
 ) -> dict[str, object]:  # fmt: skip
-    """Make the directory at `path` (`force`: with its missing parents, and no error if it exists)."""
+    """Make the directory at `path` (`force`: with its missing parents, and no error if it exists, which keeps its
+    owner and mode)."""
     store = await _store(request, activator, volume_id)
     ids: Ownership = (uid, gid, mode)
     return await volume_call(store.make_dir, volume_id, path, ids, force=force)
+
+
+class _FileChunks:
+    """The bytes of an open file, at most the size it had when opened (a sandbox may append meanwhile), read in a
+    worker thread; the descriptor is closed at the end, on an error, or by the response's background task when
+    the stream never started (a client gone first)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._left = fd, size
+
+    def __aiter__(self) -> _FileChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await asyncio.to_thread(os.read, self._fd, min(_CHUNK, self._left)) if self._left > 0 else b""
+        if not chunk:
+            self.close()
+            raise StopAsyncIteration
+        self._left -= len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 @get(f"{_CONTENT}/file", responses=_CONTENT_ERRORS, media_type="application/octet-stream")
 async def content_read(
     request: Request[Any, Any, Any], volume_id: _VolumeId, path: _Path, activator: ActivatorDep
 ) -> Stream:
-    """The bytes of the file at `path`, streamed."""
+    """The bytes of the file at `path`, streamed (as many as it had when the read began)."""
     fd, size = await volume_call((await _store(request, activator, volume_id)).open_for_read, volume_id, path)
-
-    async def chunks() -> AsyncIterator[bytes]:
-        try:
-            while chunk := await asyncio.to_thread(os.read, fd, _CHUNK):
-                yield chunk
-        finally:
-            os.close(fd)
-
-    return Stream(chunks(), media_type="application/octet-stream", headers={"Content-Length": str(size)})
+    chunks = _FileChunks(fd, size)
+    headers = {"Content-Length": str(size)}
+    return Stream(
+        chunks, media_type="application/octet-stream", headers=headers, background=BackgroundTask(chunks.close)
+    )
 
 
 @put(
@@ -142,15 +163,23 @@ async def content_write(
     request: Request[Any, Any, Any], volume_id: _VolumeId, path: _Path, activator: ActivatorDep,
     uid: _Id = None, gid: _Id = None, mode: _Mode = None, force: _Force = False,
 ) -> Response[dict[str, object]]:  # fmt: skip
-    """Write the body to the file at `path` (replaced whole once it is all there; `force`: make its parents)."""
+    """Write the body to the file at `path`, which it replaces once all of it is there (with or without `force`,
+    E2B's "force overwrite"); the directory must exist."""
+    del force  # an existing file is replaced either way
     store = await _store(request, activator, volume_id)
     ids: Ownership = (uid, gid, mode)
-    upload = await volume_call(store.upload, volume_id, path, ids, force=force)
+    upload = await volume_call(store.upload, volume_id, path, ids)
     try:
+        pending = bytearray()
         async for chunk in request.stream():
-            await volume_call(upload.write, chunk)
+            pending += chunk
+            if len(pending) >= _CHUNK:  # one thread hop per MiB, not per ASGI message
+                await volume_call(upload.write, bytes(pending))
+                pending.clear()
+        if pending:
+            await volume_call(upload.write, bytes(pending))
     except BaseException:
-        await asyncio.to_thread(upload.abandon)
+        upload.abandon()  # a close: cheap, and never left to a cancelled thread hop
         raise
     return Response(await volume_call(upload.finish), status_code=201)
 

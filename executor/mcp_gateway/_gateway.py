@@ -68,8 +68,8 @@ class Gateway:
         if scope["path"].rstrip("/") != "/mcp":
             return await _answer(send, 404, "not found: the gateway serves /mcp")
         headers = dict(scope.get("headers") or [])
-        supplied = headers.get(b"authorization", b"").removeprefix(b"Bearer ")
-        if not hmac.compare_digest(supplied, self._token):
+        scheme, _, supplied = headers.get(b"authorization", b"").strip().partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(supplied.strip(), self._token):
             return await _answer(send, 401, "the gateway needs 'Authorization: Bearer <the sandbox's MCP token>'")
         await self._sessions.handle_request(scope, receive, send)
 

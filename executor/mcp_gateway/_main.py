@@ -4,9 +4,9 @@
 
 It exits 1 with the reason on stderr for a configuration this template cannot serve (before starting
 anything), and otherwise once the gateway runs in the background: 0 when it listens, 1 with the tail of
-its log when it failed to (a server that did not start, the port taken). The log is
-/var/log/mcp-gateway/gateway.log, the token /etc/mcp-gateway/.token (root's, mode 0600), where the SDK's
-`get_mcp_token()` reads it after a `connect`.
+its log when it failed to (a server that did not start, the port taken) within 50 s. The log is
+/var/log/mcp-gateway/gateway.log, the token /etc/mcp-gateway/.token (root's, mode 0600, written once the
+gateway listens), where the SDK's `get_mcp_token()` reads it after a `connect`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ MCP_PORT = 50005
 """E2B's port for the gateway (the SDK's `mcp_port`)."""
 TOKEN_FILE = Path("/etc/mcp-gateway/.token")
 LOG_FILE = Path("/var/log/mcp-gateway/gateway.log")
-START_TIMEOUT = 120.0
-"""Seconds the command waits for the servers to start and the gateway to listen."""
+START_TIMEOUT = 50.0
+"""Seconds the command waits for the servers to start and the gateway to listen (under the 60 s the SDK waits
+for the command)."""
 
 logger = logging.getLogger("mcp-gateway")
 
@@ -50,20 +51,31 @@ def main(argv: list[str] | None = None) -> int:
     except BadConfig as exc:
         return _fail(str(exc))
     token = os.environ.get("GATEWAY_ACCESS_TOKEN") or secrets.token_urlsafe(32)
-    TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
-    TOKEN_FILE.touch(mode=0o600)
-    TOKEN_FILE.chmod(0o600)
-    TOKEN_FILE.write_text(token)
     LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
     gateway = Gateway(chosen, token)
     if options.foreground:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s mcp-gateway %(levelname)s %(message)s")
+        _write_token(token)
         return asyncio.run(_serve(gateway, options.host, options.port, ready=None))
-    return _daemon(gateway, options.host, options.port)
+    status = _daemon(gateway, options.host, options.port)
+    if status == 0:  # only the gateway that listens: a second run that failed leaves the first one's token
+        _write_token(token)
+    return status
+
+
+def _write_token(token: str) -> None:
+    """`/etc/mcp-gateway/.token`, root's alone, replaced whole."""
+    TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
+    temporary = TOKEN_FILE.with_name(f".token-{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(token)
+    temporary.replace(TOKEN_FILE)
 
 
 def _daemon(gateway: Gateway, host: str, port: int) -> int:
     """Serve in a child of its own session (its output to the log); return once it listens or failed."""
+    log_start = LOG_FILE.stat().st_size if LOG_FILE.exists() else 0  # what this run adds is what a failure shows
     ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the gateway
@@ -90,8 +102,9 @@ def _daemon(gateway: Gateway, host: str, port: int) -> int:
         print(f"mcp-gateway: listening on port {port} (pid {pid}), log {LOG_FILE}")
         return 0
     if not readable:
-        os.kill(pid, signal.SIGKILL)
-    tail = LOG_FILE.read_text(errors="replace").splitlines()[-10:] if LOG_FILE.exists() else []
+        os.killpg(pid, signal.SIGKILL)  # the gateway leads its session: the servers it started go too
+    os.waitpid(pid, 0)
+    tail = LOG_FILE.read_bytes()[log_start:].decode(errors="replace").splitlines()[-10:]
     return _fail("the gateway did not start" + "".join(f"\n  {line}" for line in tail))
 
 

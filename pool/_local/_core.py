@@ -28,7 +28,7 @@ from pool._local._disk import DiskImages, disk_usage
 from pool._local._egress import Egress, EgressSettings
 from pool._local._egress_policy import DNS_ADDRESS
 from pool._local._images import ImageStore
-from pool._local._launcher import EXECUTOR_LOG, ROOT_MOUNTPOINT, VOLUMES_FILE, launch, volume_mounts
+from pool._local._launcher import EXECUTOR_LOG, ROOT_MOUNTPOINT, VOLUMES_DIR, VOLUMES_FILE, launch, volume_mounts
 from pool._local._netns import NetnsSocketFactory
 from pool._local._orphans import reap_orphans
 from pool._local._sandbox import Sandbox, load_sandbox, tree_size
@@ -89,7 +89,7 @@ class LocalSandboxes:
         ROOT_MOUNTPOINT.mkdir(parents=True, exist_ok=True)
         self._root = settings.data_dir / "sandboxes"
         self._root.mkdir(parents=True, exist_ok=True)
-        self.volumes = LocalVolumes(settings.data_dir / "volumes", self._disks)
+        self.volumes = LocalVolumes(settings.data_dir / VOLUMES_DIR, self._disks)
         # Running (or starting) sandboxes, and snapshotted ones. A sandbox is in at most one of the two; both
         # are changed only on the event loop, by the transition methods below.
         self._sandboxes: dict[str, Sandbox] = {}

@@ -29,7 +29,9 @@ from pool._local._syscalls import (
     CLONE_NEWNS,
     CLONE_NEWUSER,
     MS_BIND,
+    attach_idmapped,
     bind_idmapped,
+    clone_tree,
     make_mounts_private,
     mount,
     setns,
@@ -64,6 +66,7 @@ ROOT_MOUNTPOINT = Path("/run/agent-sandbox/rootfs")
 _LAYER_MOUNTS = Path("/run/agent-sandbox/layers")  # the template layers, id-mapped, under the overlay (`root_mounts`)
 _WRITABLE_MOUNT = Path("/run/agent-sandbox/writable")  # the directory with the overlay's upper and work
 VOLUMES_FILE = "volumes.json"  # in the sandbox directory: the volumes it mounts (`volume_mounts`)
+VOLUMES_DIR = "volumes"  # beside the sandboxes' directory in the data directory: the volumes (`_volumes`)
 # Every sandbox process starts with this PATH unless its template or request sets another.
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -145,6 +148,7 @@ def root_mounts(sandbox_dir: Path, layers: list[Path]) -> Callable[[int, int], N
     sources = [str(layer) for layer in layers]
 
     def mount_root(userns_fd: int, flags: int) -> None:
+        trees = [(clone_tree(files), path) for files, path in volumes]  # before the volumes' host mounts go
         drop_other_sandboxes_mounts(sandbox_dir)
         for source, target in zip(sources, lowers, strict=True):
             bind_idmapped(source, target, userns_fd, read_only=True)
@@ -158,12 +162,13 @@ def root_mounts(sandbox_dir: Path, layers: list[Path]) -> Callable[[int, int], N
                 if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
-        for files, path in volumes:
+        for tree, path in trees:
             point = mount_point(str(ROOT_MOUNTPOINT), path, root_uid)
             try:
-                bind_idmapped(files, point, userns_fd, read_only=False)
+                attach_idmapped(tree, point, userns_fd, read_only=False)
             finally:
                 os.close(point)
+                os.close(tree)
 
     return mount_root
 
@@ -200,13 +205,15 @@ def mount_point(root: str, path: str, owner: int) -> int:
 
 def drop_other_sandboxes_mounts(sandbox_dir: Path) -> None:
     """In a private mount namespace just copied from the host's, detach the other sandboxes' filesystems
-    (`_disk`): the copies would hold each of them, and its loop device and disk space, for as long as this
-    namespace lives, long after the other sandbox was killed and its mount on the host was gone."""
+    (`_disk`) and every volume's (`_volumes`; this sandbox's own are bound from clones taken before): the
+    copies would hold each of them, and its loop device and disk space, for as long as this namespace lives,
+    long after the other sandbox was killed or the volume destroyed and its mount on the host was gone."""
     siblings, own = f"{sandbox_dir.parent}/", f"{sandbox_dir}/"
+    volumes = f"{sandbox_dir.parent.parent / VOLUMES_DIR}/"
     with open("/proc/self/mountinfo") as f:  # a space in a path is written \\040 there, and so on
         points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4]) for line in f]
     for point in reversed(points):  # the deepest first
-        if point.startswith(siblings) and not point.startswith(own):
+        if (point.startswith(siblings) and not point.startswith(own)) or point.startswith(volumes):
             unmount_lazily(point)
 
 

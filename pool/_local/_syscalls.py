@@ -12,7 +12,9 @@ __all__ = [
     "MS_BIND",
     "MS_NODEV",
     "MS_NOSUID",
+    "attach_idmapped",
     "bind_idmapped",
+    "clone_tree",
     "make_mounts_private",
     "mount",
     "set_child_subreaper",
@@ -93,23 +95,34 @@ def make_mounts_private() -> None:
 def bind_idmapped(source: str, target: str | int, userns_fd: int, *, read_only: bool) -> None:
     """Bind `source` at `target` (a path, or a descriptor of the directory to mount on), with its file owners
     shifted by the uid/gid map of `userns_fd`."""
-    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
-    tree = _check(_libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), flags), f"open_tree {source}")
+    tree = clone_tree(source)
     try:
-        attr = _MountAttr(_MOUNT_ATTR_IDMAP | (_MOUNT_ATTR_RDONLY if read_only else 0), 0, 0, userns_fd)
-        _check(
-            _libc.syscall(
-                _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
-            ),
-            f"mount_setattr {source}",
-        )
-        if isinstance(target, int):
-            flags, target_dir, target_path = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH, target, b""
-        else:
-            flags, target_dir, target_path = _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD, target.encode()
-        _check(_libc.syscall(_SYS_MOVE_MOUNT, tree, b"", target_dir, target_path, flags), f"move_mount {target}")
+        attach_idmapped(tree, target, userns_fd, read_only=read_only)
     finally:
         os.close(tree)
+
+
+def clone_tree(source: str) -> int:
+    """A detached copy of the mount tree at `source` (open_tree OPEN_TREE_CLONE): it stays usable after the
+    mounts at `source` are gone from this namespace."""
+    flags = _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
+    return _check(_libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, source.encode(), flags), f"open_tree {source}")
+
+
+def attach_idmapped(tree: int, target: str | int, userns_fd: int, *, read_only: bool) -> None:
+    """Attach the detached tree `tree` at `target` (a path or a directory's descriptor), id-mapped by `userns_fd`."""
+    attr = _MountAttr(_MOUNT_ATTR_IDMAP | (_MOUNT_ATTR_RDONLY if read_only else 0), 0, 0, userns_fd)
+    _check(
+        _libc.syscall(
+            _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+        ),
+        f"mount_setattr of {target}",
+    )
+    if isinstance(target, int):
+        flags, target_dir, target_path = _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH, target, b""
+    else:
+        flags, target_dir, target_path = _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD, target.encode()
+    _check(_libc.syscall(_SYS_MOVE_MOUNT, tree, b"", target_dir, target_path, flags), f"move_mount {target}")
 
 
 def set_child_subreaper() -> None:

@@ -54,9 +54,14 @@ def _openat2(root: int, path: str, flags: int) -> int:
 
 
 def _parts(path: str) -> list[str]:
+    """The path's components; `..` is refused: as the last component it would name the volume's parent on
+    the host, acted on through a descriptor openat2 never saw."""
     if "\0" in path:
         raise VolumeError(400, "a path may not contain NUL")
-    return [part for part in path.split("/") if part not in ("", ".")]
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise VolumeError(400, f"{path!r}: '..' is not allowed in a volume path")
+    return parts
 
 
 def _display(parts: list[str]) -> str:
@@ -65,7 +70,10 @@ def _display(parts: list[str]) -> str:
 
 @contextlib.contextmanager
 def _root(volume: Path) -> Iterator[int]:
-    fd = os.open(volume, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(volume, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:  # destroyed since the token was checked
+        raise VolumeError(404, "the volume is gone") from None
     try:
         yield fd
     finally:
@@ -162,7 +170,10 @@ def _walk(directory: int, parts: list[str], depth: int, listed: list[dict[str, o
         entry = _lstat(directory, name, [*parts, name])
         listed.append(entry)
         if depth > 1 and entry["type"] == "directory":
-            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            try:  # a directory swapped for a symlink since the lstat is not followed
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            except OSError as exc:
+                raise _refusal(exc, [*parts, name]) from None
             try:
                 _walk(child, [*parts, name], depth - 1, listed)
             finally:
@@ -199,7 +210,8 @@ def _made_parents(root: int, parts: list[str]) -> None:
 def make_dir(
     volume: Path, path: str, *, uid: int | None, gid: int | None, mode: int | None, force: bool
 ) -> dict[str, object]:
-    """Make directory `path` (with its missing parents when `force`; an existing directory is then no error)."""
+    """Make directory `path` (with its missing parents when `force`; an existing directory is then no error, and
+    keeps its owner and mode)."""
     parts = _parts(path)
     if not parts:
         raise VolumeError(409, "the volume's root already exists")
@@ -212,6 +224,7 @@ def make_dir(
             except FileExistsError:
                 if not force or not stat.S_ISDIR(os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode):
                     raise VolumeError(409, f"{_display(parts)} already exists") from None
+                return _lstat(parent, parts[-1], parts)  # as it is: its owner and mode are not this call's
             except OSError as exc:
                 raise _refusal(exc, parts) from None
             _own(parent, parts[-1], _or(uid, DEFAULT_UID), _or(gid, DEFAULT_GID), mode, parts)
@@ -239,22 +252,21 @@ def open_for_read(volume: Path, path: str) -> tuple[int, int]:
 
 
 class Upload:
-    """A file being written: the bytes go to a new file next to `path`, which replaces `path` at `finish`."""
+    """A file being written: the bytes go to an unnamed file (O_TMPFILE) in `path`'s directory, linked in over
+    `path` at `finish`, so a failed, abandoned or crashed upload leaves nothing and an old file stays whole until
+    then. An existing file is replaced (the SDK: "writing to a file that already exists overwrites the file";
+    `force`, its "force overwrite", changes nothing more); the directory must exist (404 otherwise)."""
 
-    def __init__(self, volume: Path, path: str, *, uid: int | None, gid: int | None, mode: int | None, force: bool):
+    def __init__(self, volume: Path, path: str, *, uid: int | None, gid: int | None, mode: int | None):
         self._parts = _parts(path)
         if not self._parts:
             raise VolumeError(400, "the volume's root is a directory")
         self._owner = (_or(uid, DEFAULT_UID), _or(gid, DEFAULT_GID), 0o644 if mode is None else mode)
-        with _root(volume) as root:
-            if force:
-                _made_parents(root, self._parts[:-1])
-            with _directory(root, self._parts[:-1]) as parent:
-                self._parent = os.dup(parent)
-        self._temporary = f".{self._parts[-1][:200]}.upload-{secrets.token_hex(6)}"
+        self._fd = -1
+        with _root(volume) as root, _directory(root, self._parts[:-1]) as parent:
+            self._parent = os.dup(parent)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            self._fd = os.open(self._temporary, flags, 0o600, dir_fd=self._parent)
+            self._fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=self._parent)
         except OSError as exc:
             os.close(self._parent)
             raise _refusal(exc, self._parts) from None
@@ -277,7 +289,9 @@ class Upload:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISDIR(os.stat(name, dir_fd=self._parent, follow_symlinks=False).st_mode):
                     raise VolumeError(400, f"{_display(self._parts)} is a directory")
-            os.rename(self._temporary, name, src_dir_fd=self._parent, dst_dir_fd=self._parent)
+            temporary = f".upload-{secrets.token_hex(8)}"  # named for an instant: linkat cannot replace
+            os.link(f"/proc/self/fd/{self._fd}", temporary, dst_dir_fd=self._parent, follow_symlinks=True)
+            os.rename(temporary, name, src_dir_fd=self._parent, dst_dir_fd=self._parent)
             return _lstat(self._parent, name, self._parts)
         except OSError as exc:
             raise _refusal(exc, self._parts) from None
@@ -285,14 +299,11 @@ class Upload:
             self.abandon()
 
     def abandon(self) -> None:
-        """Close it; a file not renamed into place yet is removed."""
-        if self._fd < 0:
-            return
-        os.close(self._fd)
-        self._fd = -1
-        with contextlib.suppress(OSError):
-            os.unlink(self._temporary, dir_fd=self._parent)
-        os.close(self._parent)
+        """Close it; bytes not linked in yet are gone with the descriptor. Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            os.close(self._parent)
+            self._fd = -1
 
 
 def update(volume: Path, path: str, *, uid: int | None, gid: int | None, mode: int | None) -> dict[str, object]:

@@ -42,6 +42,8 @@ class LocalVolumes:
         self._disks = disks
         self._size_mb = size_mb
         self._lock = threading.Lock()
+        for leftover in self._root.glob(".destroyed-*") if self._root.is_dir() else ():  # a destroy cut short
+            self._remove(leftover)
 
     def create(self, owner: str, name: str) -> VolumeRecord:
         with self._lock:
@@ -84,10 +86,14 @@ class LocalVolumes:
         return record
 
     def files(self, volume_id: str) -> Path:
-        """The volume's files (mounted again after a reboot), for the content API and for mounts."""
-        directory = self._root / volume_id
-        self._disks.attach(directory)
-        return directory / "disk"
+        """The volume's files (mounted again after a reboot), for the content API and for mounts; 404 once it is
+        destroyed (under the lock: a destroy never meets a call that mounts it again)."""
+        with self._lock:
+            if self._record(volume_id) is None:
+                raise VolumeError(404, f"volume {volume_id} not found")
+            directory = self._root / volume_id
+            self._disks.attach(directory)
+            return directory / "disk"
 
     # The content API (`_volume_files`): `path` is the client's, under the volume's root.
 
@@ -103,8 +109,8 @@ class LocalVolumes:
     def open_for_read(self, volume_id: str, path: str) -> tuple[int, int]:
         return _volume_files.open_for_read(self.files(volume_id), path)
 
-    def upload(self, volume_id: str, path: str, ids: Ownership, *, force: bool) -> Upload:
-        return Upload(self.files(volume_id), path, uid=ids[0], gid=ids[1], mode=ids[2], force=force)
+    def upload(self, volume_id: str, path: str, ids: Ownership) -> Upload:
+        return Upload(self.files(volume_id), path, uid=ids[0], gid=ids[1], mode=ids[2])
 
     def update(self, volume_id: str, path: str, ids: Ownership) -> dict[str, object]:
         return _volume_files.update(self.files(volume_id), path, uid=ids[0], gid=ids[1], mode=ids[2])
@@ -113,10 +119,13 @@ class LocalVolumes:
         _volume_files.remove(self.files(volume_id), path)
 
     def destroy(self, owner: str, volume_id: str) -> None:
-        """Remove the volume and its files (the caller checked that no sandbox mounts it)."""
+        """Remove the volume and its files (the caller checked that no sandbox mounts it). Its directory is
+        renamed out of the store first, under the lock, so no call finds it while its files go."""
         with self._lock:
             record = self.get(owner, volume_id)
-            self._remove(self._root / record.volume_id)
+            doomed = self._root / f".destroyed-{record.volume_id}"
+            (self._root / record.volume_id).rename(doomed)
+        self._remove(doomed)
 
     def detach_all(self) -> None:
         """Unmount every volume's filesystem (when no sandbox runs: `cleanup`); the next use mounts it again."""
