@@ -194,6 +194,13 @@ def test_a_dataframe_of_values_json_lacks_still_comes_back(sbx: Sandbox) -> None
     assert result.data == {"d": [1.5], "p": ["2024-01"], "t": [None]}
 
 
+def test_a_dict_or_list_value_also_comes_back_as_json(sbx: Sandbox) -> None:
+    [result] = sbx.run_code("{'city': 'Oslo', 'n': [1, 2.5, float('nan')]}").results
+    assert result.json == {"city": "Oslo", "n": [1, 2.5, None]}
+    assert result.text == "{'city': 'Oslo', 'n': [1, 2.5, nan]}"
+    assert sbx.run_code("(1, 2)").results[0].json is None  # a tuple is not E2B's JSON either
+
+
 def test_the_kernel_startup_leaves_nothing_in_the_users_namespace(sbx: Sandbox) -> None:
     context = sbx.create_code_context()  # a fresh kernel: Out would hold the startup's value
     assert sbx.run_code("[len(Out), [n for n in globals() if 'agent' in n or 'Patch' in n]]", context=context).text == (

@@ -8,6 +8,7 @@
   `plt.show()` displays the open figures and closes them, as the inline backend does, and figures still
   open when a cell ends (made and only `savefig`-ed, say) are displayed then.
 - A PIL image that is shown, or saved to a file, is displayed (E2B does the same).
+- A dict or list value also carries `application/json` (`Result.json`), as E2B's kernels give it.
 
 It runs on the kernel's Python (the template's venv) through `runpy`, in a namespace of its own, so none of
 its names land in the user's; it imports nothing of the executor and neither pandas nor matplotlib (types
@@ -19,6 +20,7 @@ from __future__ import annotations
 import decimal
 import importlib.abc
 import importlib.machinery
+import json
 import math
 import sys
 import warnings
@@ -33,6 +35,8 @@ from traitlets import ObjectName, Unicode
 
 DATA_CELLS = 100_000
 """The largest DataFrame (rows x columns) whose data comes back as `Result.data`."""
+JSON_BYTES = 1 << 20
+"""The largest dict or list (encoded) that also comes back as `Result.json`."""
 
 _INLINE = "inline"  # in the name of matplotlib-inline's backend, the kernels' default (MPLBACKEND)
 
@@ -85,6 +89,18 @@ def _frame_data(frame: Any) -> dict[str, Any] | None:
         return {str(name): [_cell(value) for value in values] for name, values in columns_data.items()}
     except Exception:  # a frame pandas cannot turn into columns still comes back as HTML and text
         return None
+
+
+def _json_value(value: Any) -> tuple[Any, dict[str, bool]] | None:
+    """A dict or list as JSON (its cells as a DataFrame's: `_cell`), with the expanded-view metadata E2B sends;
+    none above `JSON_BYTES` encoded."""
+    try:
+        data = _cell(value)
+        if len(json.dumps(data)) > JSON_BYTES:
+            return None
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return data, {"expanded": True}
 
 
 class ChartFormatter(BaseFormatter):  # type: ignore[misc]
@@ -210,6 +226,8 @@ def install() -> None:
     data = formatters["e2b/data"] = DataFormatter(parent=shell.display_formatter)
     for module in ("pandas", "pandas.core.frame"):  # DataFrame.__module__ is "pandas" from pandas 3 on
         data.for_type_by_name(module, "DataFrame", _frame_data)
+    for container in (dict, list):  # E2B's: a dict or list value also comes back as `Result.json`
+        formatters["application/json"].for_type(container, _json_value)
     for name, patch in _PATCHES.items():
         if name in sys.modules:
             patch(sys.modules[name])
