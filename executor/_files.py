@@ -236,11 +236,16 @@ async def _send_file(file: BinaryIO, path: str, gzip: bool, response: Response) 
     if not head or len(head) > len(first) * _WORTH_COMPRESSING:
         # Identity: not asked for, or the file does not compress (random bytes, images, archives), where gzip
         # would cost the executor's CPU for nothing (16 MiB of random bytes: 350 ms against 20 ms).
-        await response.start(200, headers, length=os.fstat(file.fileno()).st_size)
+        rest = file.read(CHUNK) if len(first) == CHUNK else b""
+        size = os.fstat(file.fileno()).st_size
+        # A file that fits in what was read has its length; a longer one its size, unless that says nothing
+        # (/proc and /sys files report 0, or less than they hold): then chunked, as the gzip answer is.
+        length = len(first) if not rest else size if size >= len(first) + len(rest) else None
+        await response.start(200, headers, length=length)
         chunk = first
         while chunk:
             await response.write(chunk)
-            chunk = file.read(CHUNK)
+            chunk, rest = rest, (file.read(CHUNK) if rest else b"")
         await response.end()
         return
     await response.start(200, (*headers, ("content-encoding", "gzip")))

@@ -179,6 +179,22 @@ def test_a_rewritten_javascript_cell_leaves_globals_as_a_script_would(sbx: Sandb
     )
 
 
+def test_no_javascript_cell_can_break_its_context(sbx: Sandbox) -> None:
+    context = sbx.create_code_context(language="js")
+    unprintable = sbx.run_code("throw { get message() { throw 2 } }", context=context).error
+    assert unprintable is not None
+    assert sbx.run_code("await 0; const JSON = { shadowed: true }; JSON.shadowed", context=context).text == "true"
+    imported = sbx.run_code(
+        "import { setTimeout } from 'node:timers/promises'; await setTimeout(1, 'ok')", context=context
+    )
+    assert imported.text == "ok"
+    # the context still answers, the global setTimeout is the callback one, and V8's message names a syntax error
+    assert sbx.run_code("typeof globalThis.setTimeout(() => {}, 1)", context=context).text == "object"
+    broken = sbx.run_code("let x = ;", context=context).error
+    assert broken is not None
+    assert broken.value == "Unexpected token ';'"
+
+
 def test_a_typescript_import_is_kept_for_later_cells(sbx: Sandbox) -> None:
     context = sbx.create_code_context(language="ts")
     sbx.run_code("import { readFileSync } from 'node:fs'", context=context)

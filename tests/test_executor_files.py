@@ -248,3 +248,12 @@ def test_uploads_within_the_limit_pass(small_limit: Envd, small_limit_dir: str) 
     sandbox = small_limit.sandbox()
     sandbox.files.write(f"{small_limit_dir}/ok", b"y" * 500, gzip=True)  # the limit counts decompressed bytes
     assert sandbox.files.read(f"{small_limit_dir}/ok") == "y" * 500
+
+
+def test_a_proc_file_whose_size_says_nothing_is_sent_whole(envd: Envd) -> None:
+    """/proc files report size 0: the download is chunked, not cut to 0 bytes, gzip asked or not."""
+    with envd.client() as client:
+        for encoding in ("gzip", "identity"):
+            response = client.get("/files", params={"path": "/proc/self/status"}, headers={"Accept-Encoding": encoding})
+            assert response.status_code == 200
+            assert b"Name:" in response.content

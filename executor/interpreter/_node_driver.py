@@ -34,6 +34,9 @@ __all__ = ("DRIVER",)
 
 DRIVER = r"""
 'use strict';
+// The driver's own names of the builtins: a cell's global `const JSON = ...` or `class Error {}` shadows
+// the global ones for every script, but never these parameters.
+((JSON, process, Promise, Object, Symbol, Error, SyntaxError, Array, Map, Set, String, Number, Buffer, Math) => {
 const net = require('net');
 const util = require('util');
 const vm = require('vm');
@@ -236,6 +239,8 @@ class Rewrite {
       case 'ClassDeclaration':
         this.declare(node.id.name, 'let');
         return this.replace(node, `${node.id.name} = ${this.text(node)};`);
+      case 'ExportAllDeclaration':
+        return this.replace(node, '');
       case 'ExportNamedDeclaration':
       case 'ExportDefaultDeclaration': {  // nothing imports a cell: `export` is dropped
         const declaration = node.declaration;
@@ -274,11 +279,15 @@ class Rewrite {
   }
 
   source() {
-    let source = this.code;
-    for (const [start, end, text] of this.edits.sort((a, b) => b[0] - a[0])) {
+    const pieces = [];
+    let at = 0;
+    for (const [start, end, text] of this.edits.sort((a, b) => a[0] - b[0])) {  // in order, joined once
       const padding = '\n'.repeat(Math.max(0, lines(this.code.slice(start, end)) - lines(text)));
-      source = `${source.slice(0, start)}${text}${padding}${source.slice(end)}`;
+      pieces.push(this.code.slice(at, start), text, padding);
+      at = end;
     }
+    pieces.push(this.code.slice(at));
+    const source = pieces.join('');
     const publish = this.functions.map(([name, local]) => `${PUBLISHED}(${JSON.stringify(name)}, ${local});`);
     return `(async () => { ${publish.join(' ')}${source}\n})()`;
   }
@@ -288,9 +297,10 @@ class Rewrite {
 // a builtin such as `fetch`) needs nothing, a global `let` of an earlier cell is assigned again.
 function declareGlobally(declared) {
   for (const [name, kind] of declared) {
-    if (name in globalThis) continue;
-    try {
-      vm.runInThisContext(`${kind} ${name};`);
+    const property = name in globalThis;
+    if (property && kind === 'var') continue;  // a script's `var fetch = ...` sets the property too
+    try {  // a `let` over a global property shadows it (as a script's `const fetch` does), starting as its value
+      vm.runInThisContext(property ? `let ${name} = globalThis[${JSON.stringify(name)}];` : `${kind} ${name};`);
     } catch (error) {
       if (!(error instanceof SyntaxError)) throw error;
     }
@@ -319,7 +329,13 @@ function compile(code, filename) {
     return { script: routed ? new vm.Script(routed, { filename }) : script, declare: none };
   } catch (error) {
     if (!(error instanceof SyntaxError)) throw error;
-    if (acorn) return rewritten(js, filename);
+    if (acorn) {
+      try {
+        return rewritten(js, filename);
+      } catch (rewriteError) {  // acorn's own SyntaxError (it has `raisedAt`): V8's says it better
+        throw rewriteError instanceof SyntaxError && 'raisedAt' in rewriteError ? error : rewriteError;
+      }
+    }
     if (!/await/.test(error.message)) throw error;
     return { script: new vm.Script(`(async () => {\n${js}\n})()`, { filename, lineOffset: -1 }), declare: none };
   }
@@ -345,11 +361,20 @@ function setEnv(env) {
   };
 }
 
+function safeErrorLine(error) {
+  try {
+    return errorLine(error);
+  } catch {  // an error whose message or stack throws (a getter, a revoked Proxy)
+    return { type: 'error', name: 'Error', value: '<an error that cannot be printed>', traceback: '' };
+  }
+}
+
 async function execute(request) {
   count += 1;
   send({ type: 'count', count });
-  const restoreEnv = setEnv(request.env || {});
+  let restoreEnv = () => {};
   try {
+    restoreEnv = setEnv(request.env || {});
     const { script, declare } = compile(request.code, `<cell ${count}>`);
     declare();
     let value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
@@ -358,7 +383,7 @@ async function execute(request) {
     }
     if (value !== undefined) send({ type: 'result', text: util.inspect(value) });
   } catch (error) {
-    send(errorLine(error));
+    send(safeErrorLine(error));
   } finally {
     interrupt = null;
     restoreEnv();
@@ -374,8 +399,9 @@ channel.on('data', (data) => {
   for (let end = pending.indexOf('\n'); end >= 0; end = pending.indexOf('\n')) {
     const line = pending.slice(0, end);
     pending = pending.slice(end + 1);
-    if (line) queue = queue.then(() => execute(JSON.parse(line)));
+    if (line) queue = queue.then(() => execute(JSON.parse(line))).catch(() => {});  // one failure never stops the queue
   }
 });
 channel.on('end', () => process.exit(0));
+})(JSON, process, Promise, Object, Symbol, Error, SyntaxError, Array, Map, Set, String, Number, Buffer, Math);
 """
