@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from activator._errors import InvalidRequest, VolumeRefused
-from pool import MAX_VOLUME_MOUNTS, VolumeError, VolumeMount, VolumeRecord
+from pool import MAX_VOLUME_MOUNTS, Ownership, VolumeError, VolumeMount, VolumeRecord
 
-__all__ = ["Ownership", "VolumeStore", "VolumeUpload", "check_mount_paths", "resolve_mounts", "volume_call"]
+__all__ = ["VolumeStore", "VolumeUpload", "check_mount_paths", "resolve_mounts", "volume_call"]
 
 _T = TypeVar("_T")
 
@@ -59,10 +59,6 @@ class VolumeUpload(Protocol):
     def finish(self) -> dict[str, object]: ...
 
     def abandon(self) -> None: ...
-
-
-Ownership = tuple[int | None, int | None, int | None]
-"""uid, gid and mode of a content call (None: the default; for `update`, unchanged)."""
 
 
 def check_mount_paths(mounts: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -70,7 +70,7 @@ from pool._templates import (
     has_sandboxed_layers,
     load_templates,
 )
-from pool._volumes import MAX_VOLUME_MOUNTS, VOLUME_SIZE_MB, VolumeMount, VolumeRecord
+from pool._volumes import MAX_VOLUME_MOUNTS, VOLUME_SIZE_MB, Ownership, VolumeMount, VolumeRecord
 from pool._warm import WarmPools, WarmPoolStats, WarmRuntime
 
 __all__ = [
@@ -111,6 +111,7 @@ __all__ = [
     "LocalRuntime",
     "LocalRuntimeSettings",
     "OciLayer",
+    "Ownership",
     "PlatformCheck",
     "PoolError",
     "PortClosed",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["MAX_VOLUMES_PER_OWNER", "MAX_VOLUME_MOUNTS", "VOLUME_SIZE_MB", "VolumeMount", "VolumeRecord"]
+__all__ = ["MAX_VOLUMES_PER_OWNER", "MAX_VOLUME_MOUNTS", "VOLUME_SIZE_MB", "Ownership", "VolumeMount", "VolumeRecord"]
 
 VOLUME_SIZE_MB = 10240
 """Each volume's size: its own filesystem of this many MiB (sparse: it holds what was written)."""
@@ -12,6 +12,10 @@ MAX_VOLUMES_PER_OWNER = 100
 """Volumes one API key may have."""
 MAX_VOLUME_MOUNTS = 10
 """Volumes one sandbox may mount."""
+
+
+Ownership = tuple[int | None, int | None, int | None]
+"""uid, gid and mode a content call sets (None: the default; for an update, unchanged)."""
 
 
 class VolumeRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -148,17 +148,32 @@ def test_a_bad_volume_mount_is_a_400_that_names_it(volume: Volume, mounts: dict[
     assert message in str(raised.value)
 
 
-def test_a_sandbox_with_a_volume_pauses_frozen_and_resumes_with_its_processes(volume: Volume) -> None:
+def test_a_sandbox_with_a_volume_pauses_frozen_and_resumes_with_its_processes(
+    e2b_env: RunningServer, volume: Volume
+) -> None:
     sandbox = Sandbox.create(volume_mounts={"/data": volume})
     try:
         sandbox.commands.run("sleep 600", background=True)
         assert sandbox.pause()
+        assert not (e2b_env.data_dir / "sandboxes" / sandbox.sandbox_id / "checkpoint").exists()  # no CRIU image
         sandbox.connect()
         assert sandbox.commands.run("pgrep -x sleep").exit_code == 0
         sandbox.commands.run("echo after > /data/after.txt")
     finally:
         sandbox.kill()
     assert volume.read_file("/after.txt") == "after\n"
+
+
+def test_a_filesystem_pause_keeps_the_sandboxs_files_and_mounts_the_volume_again(volume: Volume) -> None:
+    sandbox = Sandbox.create(volume_mounts={"/data": volume})
+    try:
+        sandbox.commands.run("echo own > /home/user/own.txt && echo shared > /data/shared.txt")
+        assert sandbox.pause(mode="filesystem")
+        sandbox.connect()
+        assert sandbox.commands.run("cat /home/user/own.txt /data/shared.txt").stdout == "own\nshared\n"
+        assert sandbox.get_info().volume_mounts == [{"name": volume.name, "path": "/data"}]
+    finally:
+        sandbox.kill()
 
 
 @pytest.mark.anyio

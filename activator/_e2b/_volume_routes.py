@@ -18,8 +18,8 @@ from litestar.response import Stream
 from activator._e2b import _wire
 from activator._e2b._openapi import errors, keyed_errors
 from activator._e2b._state import ActivatorDep, OwnerDep
-from activator._volumes import Ownership, VolumeStore, volume_call
-from pool import VOLUME_SIZE_MB, VolumeRecord
+from activator._volumes import VolumeStore, volume_call
+from pool import VOLUME_SIZE_MB, Ownership, VolumeRecord
 
 __all__ = ["PUBLIC_VOLUME_ROUTES", "VOLUME_ROUTES"]
 

@@ -23,13 +23,11 @@ from pool._errors import VolumeError
 from pool._local import _volume_files
 from pool._local._disk import DiskImages
 from pool._local._volume_files import DEFAULT_UID, Upload
-from pool._volumes import MAX_VOLUMES_PER_OWNER, VOLUME_SIZE_MB, VolumeRecord
+from pool._volumes import MAX_VOLUMES_PER_OWNER, VOLUME_SIZE_MB, Ownership, VolumeRecord
 
 __all__ = ["LocalVolumes"]
 
 _RECORD = "volume.json"
-Ownership = tuple[int | None, int | None, int | None]
-"""uid, gid and mode a content call sets (None: the default, or unchanged for `update`)."""
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
