@@ -121,9 +121,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         _current.pop()
 
 
-def _no_process_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
-    if event in _PROCESS_EVENTS and _current and _current[-1].get_closest_marker("unit"):
-        argv = args[_PROCESS_EVENTS[event]]
+def _no_process_in_unit_tests(
+    event: str,
+    args: tuple[Any, ...],
+    _events: dict[str, int] = _PROCESS_EVENTS,  # bound: globals are None at exit
+) -> None:
+    if event in _events and _current and _current[-1].get_closest_marker("unit"):
+        argv = args[_events[event]]
         words = [os.path.basename(os.fsdecode(word)) for word in (argv.split() if isinstance(argv, str) else argv)]
         if _COMPONENTS & set(words) or words[1:3] == ["-m", "executor"] or ("serve" in words and "--help" not in words):
             raise RuntimeError(

@@ -275,7 +275,8 @@ class LocalSandboxes:
             box.netns_fd = -1
         box.cgroup.remove()
         base = host_id_base(box.slot)
-        reap_orphans(range(base, base + IDS_PER_SANDBOX))  # a restored pid 1 is our child, not the launcher's
+        if not reap_orphans(range(base, base + IDS_PER_SANDBOX)):  # a restored pid 1 is our child, not the launcher's
+            _log.warning("sandbox %s: processes of its uid range outlived its kill", box.sandbox_id)
         (box.directory / "pid").unlink(missing_ok=True)
         if not keep_files:
             self._disks.detach(box.directory)

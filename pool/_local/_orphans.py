@@ -10,31 +10,41 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 __all__ = ["reap_orphans"]
 
 
-def _zombie_children() -> list[tuple[int, int]]:
-    """(pid, uid) of our children that have exited."""
+def _processes_in(uids: range) -> list[tuple[int, bool]]:
+    """(pid, whether it is our exited child) of every process whose host uid is in `uids`."""
     me, found = os.getpid(), []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
+            if os.stat(f"/proc/{entry}").st_uid not in uids:
+                continue
             with open(f"/proc/{entry}/stat") as f:
                 state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
-            if state != "Z" or int(ppid) != me:
-                continue
-            found.append((int(entry), os.stat(f"/proc/{entry}").st_uid))
+            found.append((int(entry), state == "Z" and int(ppid) == me))
         except OSError:  # gone meanwhile
             continue
     return found
 
 
-def reap_orphans(uids: range) -> int:
-    """Reap exited children whose host uid is in `uids` (a sandbox's id range); returns how many."""
-    reaped = 0
-    for pid, uid in _zombie_children():
-        if uid in uids:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-                reaped += 1
-    return reaped
+def reap_orphans(uids: range, timeout: float = 5.0) -> bool:
+    """Reap our exited children whose host uid is in `uids` (a sandbox's id range) until no process of that
+    range is left, or `timeout` passes; returns whether none is left.
+
+    A killed sandbox's cgroup empties before its processes finish exiting (a task leaves its cgroup first, and
+    becomes a zombie after), so one pass could find a re-parented pid 1 still exiting and leave its zombie
+    behind, in a range the slot's next sandbox gets.
+    """
+    deadline = time.monotonic() + timeout
+    while found := _processes_in(uids):
+        for pid, reapable in found:
+            if reapable:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)
+    return True
