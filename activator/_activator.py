@@ -526,6 +526,7 @@ class Activator:
                 mask_request_host=request.mask_request_host,
                 private_ports=template.private_ports if request.public_traffic else None,
                 local_host_ports=template.local_host_ports,
+                https_ports=request.https_ports,
             ),
             cpu_count=template.resources.cpu_count,
             memory_mb=template.resources.memory_mb,

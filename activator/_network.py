@@ -21,8 +21,14 @@ from collections.abc import Sequence
 
 from activator._errors import InvalidRequest
 from activator._records import Egress
+from pool import ENVD_PORT
 
-__all__ = ["DOMAINS_NEED_ALL_TRAFFIC", "E2B_ALL_TRAFFIC", "check_private_ingress", "egress_in_force", "mask_host"]
+__all__ = [
+    "DOMAINS_NEED_ALL_TRAFFIC", "E2B_ALL_TRAFFIC", "MAX_HTTPS_PORTS", "check_private_ingress", "egress_in_force",
+    "https_ports", "mask_host",
+]  # fmt: skip
+
+MAX_HTTPS_PORTS = 100
 
 E2B_ALL_TRAFFIC = "0.0.0.0/0"  # the SDK's ALL_TRAFFIC
 DOMAINS_NEED_ALL_TRAFFIC = (
@@ -69,6 +75,19 @@ def mask_host(mask: str) -> str:
     if not all(_LABEL.fullmatch(label) for label in labels) or not _is_port(sample_port):
         raise InvalidRequest(f"mask request host is not valid: {mask}")
     return mask
+
+
+def https_ports(ports: Sequence[int]) -> tuple[int, ...]:
+    """E2B's `httpsPorts`, sorted and each once; InvalidRequest for a port out of range, envd's (which serves
+    plain HTTP), or more than `MAX_HTTPS_PORTS`."""
+    if len(ports) > MAX_HTTPS_PORTS:
+        raise InvalidRequest(f"httpsPorts lists {len(ports)} ports; at most {MAX_HTTPS_PORTS} may be listed")
+    for port in ports:
+        if not 1 <= port <= 65535:
+            raise InvalidRequest(f"invalid https port {port}: ports are 1 to 65535")
+        if port == ENVD_PORT:
+            raise InvalidRequest(f"the envd port ({ENVD_PORT}) cannot be listed in httpsPorts")
+    return tuple(sorted(set(ports)))
 
 
 def check_private_ingress(*, public: bool, secure: bool) -> None:

@@ -83,6 +83,7 @@ class Ingress(msgspec.Struct, frozen=True, kw_only=True):
     # private ports of a sandbox whose traffic is otherwise public.
     private_ports: tuple[int, ...] | None = None
     local_host_ports: tuple[int, ...] = ()  # the template's: see `pool.Template.local_host_ports`
+    https_ports: tuple[int, ...] = ()  # E2B's `httpsPorts`: served over TLS inside, so the proxy speaks TLS to them
 
     @property
     def public(self) -> bool:
@@ -190,6 +191,7 @@ class CreateRequest(msgspec.Struct, frozen=True, kw_only=True):
     egress: Egress = Egress()
     public_traffic: bool = True  # False: the sandbox gets a traffic access token (`Ingress`)
     mask_request_host: str | None = None
+    https_ports: tuple[int, ...] = ()  # checked: 1..65535, not envd's, sorted, each once
     volume_mounts: tuple[tuple[str, str], ...] = ()  # (the key's volume name, the path inside), paths checked
 
 

@@ -57,12 +57,9 @@ class DataPlane:
             return
         self._opener.touch(route.sandbox_id)
         if kind == "http":
-            await proxy_http(
-                scope, receive, send, route, self._opener, self.pool, host=forwarding.host,
-                local_address=forwarding.local_address,
-            )  # fmt: skip
+            await proxy_http(scope, receive, send, route, self._opener, self.pool, forwarding)
         else:
-            await proxy_websocket(scope, receive, send, route, self._opener, host=forwarding.host)
+            await proxy_websocket(scope, receive, send, route, self._opener, forwarding)
 
     async def _ingress(self, route: Route) -> Ingress | None:
         """The sandbox's ingress rules, which envd's port is exempt from (so its requests skip the lookup)."""

@@ -18,7 +18,8 @@ import httptools
 
 from gateway._errors_response import REPLIED_ERRORS, Receive, Scope, Send, error_reply, send_error
 from gateway._routing import REQUEST_DROP, Route, forwarded_headers
-from gateway._upstream import UpstreamError, UpstreamOpener, UpstreamPool
+from gateway._traffic import Forwarding
+from gateway._upstream import UpstreamError, UpstreamOpener, UpstreamPool, connect_upstream
 
 __all__ = ["RESPONSE_DROP", "UpstreamConnection", "proxy_http"]
 
@@ -245,20 +246,20 @@ async def proxy_http(
     route: Route,
     opener: UpstreamOpener,
     pool: UpstreamPool[UpstreamConnection],
-    *,
-    host: bytes | None = None,
-    local_address: tuple[bytes, bytes] | None = None,
+    forwarding: Forwarding,
 ) -> None:
-    """Forwards one request to ``route`` (with ``host`` as its Host, if given) and streams the response back;
-    failures become E2B-shaped errors. ``local_address`` (local, public): a JSON answer naming the local address
-    is read whole (at most `MAX_REWRITTEN_BYTES`) and gets the public one instead."""
-    head, chunked = _request_head(scope, host)
+    """Forwards one request to ``route`` as ``forwarding`` says (its Host, if given; over TLS to an HTTPS port)
+    and streams the response back; failures become E2B-shaped errors. With ``forwarding.local_address`` (local,
+    public), a JSON answer naming the local address is read whole (at most `MAX_REWRITTEN_BYTES`) and gets the
+    public one instead."""
+    head, chunked = _request_head(scope, forwarding.host)
+    local_address = forwarding.local_address
     first = await receive()
     if first["type"] != "http.request":
         return
     more_body = first.get("more_body", False)
     try:
-        conn = pool.take(route) or await _connect(route, opener)
+        conn = pool.take(route) or await connect_upstream(opener, route, UpstreamConnection, tls=forwarding.tls)
         conn.begin(
             head, first.get("body", b""), more_body=more_body, chunked=chunked, head_request=scope["method"] == "HEAD"
         )
@@ -274,16 +275,6 @@ async def proxy_http(
     finally:
         pump.cancel()  # before the connection can be reused: the pump must not touch it again
         pool.put(route, conn)
-
-
-async def _connect(route: Route, opener: UpstreamOpener) -> UpstreamConnection:
-    sock = await opener.open_upstream(route.sandbox_id, route.port)
-    try:
-        _, conn = await asyncio.get_running_loop().create_connection(UpstreamConnection, sock=sock)
-    except BaseException:
-        sock.close()
-        raise
-    return conn
 
 
 async def _relay_response(

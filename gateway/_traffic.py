@@ -10,6 +10,9 @@ so does this one (`_errors_response`). The token is compared in constant time an
 A template's `local_host_ports` (a browser's DevTools port) get `Host: localhost:<port>`, the only name Chromium
 answers, and the proxy swaps that address for the public one in their JSON answers (`webSocketDebuggerUrl`),
 so a CDP client on any `--domain` follows them back through the gateway.
+
+A sandbox's `https_ports` (E2B's `httpsPorts`) serve TLS themselves: the proxy speaks TLS to them
+(`_upstream.upstream_tls`), whatever the client came over.
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ class TrafficRefused(Exception):
 
 
 class Forwarding(NamedTuple):
-    """How an admitted request goes on: the Host it carries (None: the client's own), and for a port that answers
-    only a local Host, (that local address, the public one) to swap in its JSON answers."""
+    """How an admitted request goes on: the Host it carries (None: the client's own), for a port that answers
+    only a local Host, (that local address, the public one) to swap in its JSON answers, and whether the port
+    inside is reached over TLS."""
 
     host: bytes | None = None
     local_address: tuple[bytes, bytes] | None = None
+    tls: bool = False
 
 
 def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, bytes]]) -> Forwarding:
@@ -62,10 +67,11 @@ def admit(ingress: Ingress | None, route: Route, headers: Iterable[tuple[bytes, 
             raise TrafficRefused(_MISSING)
         if not hmac.compare_digest(given, token.encode()):
             raise TrafficRefused(_INVALID)
+    tls = route.port in ingress.https_ports
     mask = ingress.mask_request_host
     if mask is not None:
-        return Forwarding(mask.replace(_PORT_PLACEHOLDER, str(route.port)).encode())
+        return Forwarding(mask.replace(_PORT_PLACEHOLDER, str(route.port)).encode(), tls=tls)
     if route.port in ingress.local_host_ports:
         local = f"localhost:{route.port}".encode()
-        return Forwarding(local, (local, host_header(headers)))
-    return Forwarding()
+        return Forwarding(local, (local, host_header(headers)), tls=tls)
+    return Forwarding(tls=tls)

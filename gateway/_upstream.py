@@ -3,19 +3,28 @@
 ``UpstreamOpener`` is declared here, by its consumer, and satisfied by the activator: it resumes the sandbox
 if needed (holding the caller, bounded) and returns a socket connected inside the sandbox's network. The
 lifecycle errors it raises (``activator._errors``) are mapped to responses in ``gateway._errors_response``.
+
+A sandbox's HTTPS ports (E2B's `httpsPorts`) are reached over TLS that verifies nothing, as E2B's proxy does
+(self-signed certificates work): the sandbox is the one the route names, reached over its own socket, so there
+is no one in between to authenticate against. The SNI is `localhost` and only HTTP/1.1 is offered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from activator import Ingress
 from gateway._routing import Route
 
-__all__ = ["PooledConnection", "UpstreamError", "UpstreamOpener", "UpstreamPool"]
+__all__ = ["PooledConnection", "UpstreamError", "UpstreamOpener", "UpstreamPool", "connect_upstream"]
+
+_TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 class UpstreamOpener(Protocol):
@@ -32,6 +41,37 @@ class UpstreamOpener(Protocol):
     async def ingress(self, sandbox_id: str) -> Ingress | None:
         """The sandbox's traffic token and Host mask, or None when it is unknown; per request, so it is cheap."""
         ...
+
+
+P = TypeVar("P", bound=asyncio.BaseProtocol)
+
+
+async def connect_upstream(opener: UpstreamOpener, route: Route, protocol: Callable[[], P], *, tls: bool) -> P:
+    """`protocol` on a new connection to ``route`` (over TLS when `tls`); the socket is closed on failure."""
+    sock = await opener.open_upstream(route.sandbox_id, route.port)
+    loop = asyncio.get_running_loop()
+    try:
+        if tls:
+            _, connected = await loop.create_connection(
+                protocol, sock=sock, ssl=upstream_tls(), server_hostname="localhost",
+                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT,
+            )  # fmt: skip
+        else:
+            _, connected = await loop.create_connection(protocol, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    return connected
+
+
+@functools.cache
+def upstream_tls() -> ssl.SSLContext:
+    """The client context for HTTPS ports: no verification (see the module's docstring), HTTP/1.1."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 class UpstreamError(Exception):

@@ -28,7 +28,8 @@ from websockets.uri import parse_uri
 from gateway._errors_response import REPLIED_ERRORS, ErrorReply, Receive, Scope, Send, error_reply
 from gateway._http_proxy import RESPONSE_DROP
 from gateway._routing import REQUEST_DROP, Route, RoutingError, forwarded_headers, host_header
-from gateway._upstream import UpstreamError, UpstreamOpener
+from gateway._traffic import Forwarding
+from gateway._upstream import UpstreamError, UpstreamOpener, connect_upstream
 
 __all__ = ["proxy_websocket"]
 
@@ -45,14 +46,15 @@ _NO_STATUS, _ABNORMAL, _TLS_FAILED = 1005, 1006, 1015
 
 
 async def proxy_websocket(
-    scope: Scope, receive: Receive, send: Send, route: Route, opener: UpstreamOpener, *, host: bytes | None = None
-) -> None:
-    """Connects to ``route`` as a WebSocket client (with ``host`` as its Host, if given), accepts the client
-    likewise, and relays until either closes."""
+    scope: Scope, receive: Receive, send: Send, route: Route, opener: UpstreamOpener,
+    forwarding: Forwarding,
+) -> None:  # fmt: skip
+    """Connects to ``route`` as a WebSocket client (with ``forwarding.host`` as its Host, if given; over TLS to
+    an HTTPS port), accepts the client likewise, and relays until either closes."""
     if (await receive())["type"] != "websocket.connect":
         return
     try:
-        upstream = await _connect(scope, route, opener, host)
+        upstream = await _connect(scope, route, opener, forwarding)
     except InvalidStatus as exc:
         await reject_websocket(scope, send, _refusal(exc.response))
         return
@@ -93,8 +95,8 @@ async def reject_websocket(scope: Scope, send: Send, reply: ErrorReply) -> None:
         await send({"type": "websocket.close", "code": 1008, "reason": ""})
 
 
-async def _connect(scope: Scope, route: Route, opener: UpstreamOpener, host: bytes | None) -> ClientConnection:
-    host = host or host_header(scope["headers"]) or b"localhost"
+async def _connect(scope: Scope, route: Route, opener: UpstreamOpener, forwarding: Forwarding) -> ClientConnection:
+    host = forwarding.host or host_header(scope["headers"]) or b"localhost"
     target = scope.get("raw_path") or scope["path"].encode()
     query = b"?" + scope["query_string"] if scope["query_string"] else b""
     protocol = ClientProtocol(
@@ -102,15 +104,11 @@ async def _connect(scope: Scope, route: Route, opener: UpstreamOpener, host: byt
         subprotocols=[Subprotocol(name) for name in scope["subprotocols"]] if scope.get("subprotocols") else None,
         max_size=_MAX_MESSAGE,
     )
-    sock = await opener.open_upstream(route.sandbox_id, route.port)
-    try:
-        # Pings only probe the loopback/pod hop and would fail while a sandbox is paused; the client side pings.
-        _, upstream = await asyncio.get_running_loop().create_connection(
-            lambda: ClientConnection(protocol, ping_interval=None, close_timeout=_HANDSHAKE_TIMEOUT), sock=sock
-        )
-    except BaseException:
-        sock.close()
-        raise
+    # Pings only probe the loopback/pod hop and would fail while a sandbox is paused; the client side pings.
+    upstream = await connect_upstream(
+        opener, route, lambda: ClientConnection(protocol, ping_interval=None, close_timeout=_HANDSHAKE_TIMEOUT),
+        tls=forwarding.tls,
+    )  # fmt: skip
     headers = [
         (name.decode("latin-1"), value.decode("latin-1")) for name, value in forwarded_headers(scope, _HANDSHAKE_DROP)
     ]

@@ -7,6 +7,7 @@ Traffic goes only to the server on loopback and to servers inside the sandboxes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +17,7 @@ from e2b.exceptions import SandboxException, SandboxNotFoundException
 from e2b_code_interpreter import Sandbox as CodeInterpreter
 
 from tests.server_fixtures import RunningServer, wait_for_port
+from tests.tls_fixtures import self_signed
 
 MISSING = "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"
 INVALID = "Sandbox is secured with traffic access token. Provided token is invalid."
@@ -50,7 +52,9 @@ def serve_host_echo(sbx: Sandbox, server: RunningServer) -> str:
         ({"network": {"rules": {"api.example.com": [{"transform": {"headers": {"X": "1"}}}]}}}, "network.rules"),
         ({"network": {"egress_proxy": {"address": "proxy.example.com:1080"}}}, "network.egressProxy"),
         ({"network": {"dns_servers": ["203.0.113.53"]}}, "network.dnsServers"),
-        ({"network": {"https_ports": [3000]}}, "network.httpsPorts"),
+        ({"network": {"https_ports": [49983]}}, "the envd port (49983) cannot be listed in httpsPorts"),
+        ({"network": {"https_ports": [0]}}, "invalid https port 0"),
+        ({"network": {"https_ports": list(range(1, 102))}}, "at most 100 may be listed"),
         ({"iam": {"tokens": {"aws": Secret.iam_token(audience="sts.example.com", token_type="JWT-SVID")}}}, "iam"),
     ],
 )
@@ -103,6 +107,30 @@ def test_private_ports_need_the_traffic_token_and_envd_keeps_working(
         assert refused.json() == {"sandboxId": sbx.sandbox_id, "message": message, "code": 403}
     assert httpx.get(url, headers={"e2b-traffic-access-token": token}).status_code == 200
     assert sbx.get_info().network == {"allow_public_traffic": False}
+
+
+def test_an_https_port_is_reached_over_tls_and_echoed(
+    sandboxes: list[Sandbox], e2b_env: RunningServer, tmp_path: Path
+) -> None:
+    """A server in the sandbox that speaks TLS itself, with a self-signed certificate, answers through the
+    port URL, which stays plain HTTP here (the gateway's own TLS is the deployment's)."""
+    sbx = Sandbox.create(timeout=120, network={"https_ports": [8443, 8443, 3000]})
+    sandboxes.append(sbx)
+    made = self_signed(tmp_path)
+    sbx.files.write("/home/user/cert.pem", made.certificate.read_bytes())
+    sbx.files.write("/home/user/key.pem", made.key.read_bytes())
+    serve = (
+        "import http.server as h, ssl\n"
+        "c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain('cert.pem', 'key.pem')\n"
+        "s = h.HTTPServer(('127.0.0.1', 8443), h.SimpleHTTPRequestHandler)\n"
+        "s.socket = c.wrap_socket(s.socket, server_side=True); s.serve_forever()\n"
+    )
+    sbx.files.write("/home/user/tls.py", serve)
+    sbx.files.write("/home/user/hello.txt", "over tls\n")
+    sbx.commands.run("cd /home/user && python3 tls.py", background=True)
+    wait_for_port(sbx, 8443)
+    assert httpx.get(f"http://{sbx.get_host(8443)}:{e2b_env.port}/hello.txt").text == "over tls\n"
+    assert sbx.get_info().network == {"allow_public_traffic": True, "https_ports": [3000, 8443]}
 
 
 def test_the_traffic_token_survives_pause_and_connect(sandboxes: list[Sandbox], e2b_env: RunningServer) -> None:

@@ -11,7 +11,7 @@ import msgspec
 from activator._e2b import _wire
 from activator._errors import InvalidRequest
 from activator._logs import LOG_LEVELS, LogLevel, LogLine
-from activator._network import check_private_ingress, egress_in_force, mask_host
+from activator._network import check_private_ingress, egress_in_force, https_ports, mask_host
 from activator._records import CreateRequest, Egress, Lifecycle, SandboxRecord, SandboxState, record_time
 from activator._settings import ActivatorSettings
 from activator._template_records import BuildLogEntry, BuildRecord, TemplateRecord
@@ -78,6 +78,7 @@ def create_request(
         egress=egress_in_force(network.allow_out, network.deny_out, allow_internet_access=internet),
         public_traffic=public,
         mask_request_host=None if network.mask_request_host is None else mask_host(network.mask_request_host),
+        https_ports=https_ports(network.https_ports or ()),
         volume_mounts=mounts,
     )
 
@@ -90,12 +91,11 @@ def network_update(body: _wire.NetworkUpdate) -> Egress:
 
 def _refuse_unserved(network: _wire.NetworkIn | _wire.NetworkUpdate, *, iam: object = None) -> None:
     """Options nothing here carries out: per-host header rules and a SOCKS5 hop need an egress proxy that
-    rewrites and tunnels, DNS servers and HTTPS ports a data path that knows them."""
+    rewrites and tunnels, DNS servers a resolver that forwards to them."""
     unserved = {
         "network.rules": network.rules,
         "network.egressProxy": network.egress_proxy,
         "network.dnsServers": network.dns_servers,
-        "network.httpsPorts": network.https_ports if isinstance(network, _wire.NetworkIn) else None,
         "iam": iam,
     }
     for name, value in unserved.items():
@@ -152,6 +152,7 @@ def sandbox_detail(record: SandboxRecord) -> _wire.SandboxDetail:
             allow_out=list(record.egress.allow_out) or None,
             deny_out=list(record.egress.deny_out) or None,
             mask_request_host=record.ingress.mask_request_host,
+            https_ports=list(record.ingress.https_ports) or None,
         ),
         volume_mounts=[_wire.VolumeMountIn(name=mount.name, path=mount.path) for mount in record.volumes],
         envd_access_token=record.access_token,

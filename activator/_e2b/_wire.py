@@ -80,7 +80,7 @@ class LifecycleIn(_Wire):
 
 
 class NetworkIn(_Wire, forbid_unknown_fields=True):
-    """`SandboxNetworkConfig` of a create; `rules`, `egressProxy`, `dnsServers` and `httpsPorts` are refused."""
+    """`SandboxNetworkConfig` of a create; `rules`, `egressProxy` and `dnsServers` are refused."""
 
     allow_out: list[str] | None = None
     deny_out: list[str] | None = None
@@ -230,6 +230,7 @@ class NetworkOut(_Wire):
     allow_out: list[str] | None = None
     deny_out: list[str] | None = None
     mask_request_host: str | None = None
+    https_ports: list[int] | None = None
 
 
 class SandboxDetail(ListedSandbox, kw_only=True):
