@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import shutil
-import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -27,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from pool._errors import ImageBuildError
+from pool._local._id_shift import shift_ids
 from pool._local._layer_steps import (
     EXECUTOR_DEPENDENCIES,
     build_debootstrap,
@@ -36,7 +35,6 @@ from pool._local._layer_steps import (
     run_in_overlay,
 )
 from pool._local._oci_root import ImageUnfit, inspect_root
-from pool._local._userns import IDS_PER_SANDBOX
 from pool._runtime import RegistryLogin
 from pool._templates import (
     SANDBOXED_LAYERS,
@@ -49,7 +47,7 @@ from pool._templates import (
     Template,
 )
 
-__all__ = ["ImageStore", "shift_ids"]
+__all__ = ["ImageStore"]
 
 _BUILDER_VERSION = b"1"
 _REFRESHED = "refreshed.json"  # template name -> refresh generation (`ImageStore.record_refresh`)
@@ -276,20 +274,3 @@ def _tree_hash(root: Path, pattern: str) -> bytes:
     for path in sorted(root.rglob(pattern)):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest().encode()
-
-
-def shift_ids(root: Path, base: int) -> None:
-    """Give every entry under `root` owned by ids `base`.. the same ids counted from 0 (blocking; a walk that
-    follows no symlink)."""
-    top = base + IDS_PER_SANDBOX
-    paths = [str(root)]
-    for directory, dirs, files in os.walk(root):
-        paths.extend(os.path.join(directory, name) for name in (*dirs, *files))
-    for path in paths:
-        st = os.lstat(path)
-        uid = st.st_uid - base if base <= st.st_uid < top else st.st_uid
-        gid = st.st_gid - base if base <= st.st_gid < top else st.st_gid
-        if (uid, gid) != (st.st_uid, st.st_gid):
-            os.lchown(path, uid, gid)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
-                os.chmod(path, stat.S_IMODE(st.st_mode))  # chown clears setuid and setgid bits: give them back
