@@ -80,14 +80,15 @@ def mask_host(mask: str) -> str:
 def https_ports(ports: Sequence[int]) -> tuple[int, ...]:
     """E2B's `httpsPorts`, sorted and each once; InvalidRequest for a port out of range, envd's (which serves
     plain HTTP), or more than `MAX_HTTPS_PORTS`."""
-    if len(ports) > MAX_HTTPS_PORTS:
-        raise InvalidRequest(f"httpsPorts lists {len(ports)} ports; at most {MAX_HTTPS_PORTS} may be listed")
     for port in ports:
         if not 1 <= port <= 65535:
             raise InvalidRequest(f"invalid https port {port}: ports are 1 to 65535")
         if port == ENVD_PORT:
             raise InvalidRequest(f"the envd port ({ENVD_PORT}) cannot be listed in httpsPorts")
-    return tuple(sorted(set(ports)))
+    listed = tuple(sorted(set(ports)))
+    if len(listed) > MAX_HTTPS_PORTS:
+        raise InvalidRequest(f"httpsPorts lists {len(listed)} ports; at most {MAX_HTTPS_PORTS} may be listed")
+    return listed
 
 
 def check_private_ingress(*, public: bool, secure: bool) -> None:

@@ -152,17 +152,22 @@ class UpstreamConnection(asyncio.Protocol):
             self._transport.close()
 
     def eof_received(self) -> None:
-        if self.head_done and not self.complete and not self._delimited:
-            self.on_message_complete()  # the body was delimited by the end of the connection
+        self._end_of_body()
         self._keep_alive = False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        if exc is None and self._error is None:
+            self._end_of_body()  # over TLS (an HTTPS port), uvloop reports a close without close_notify only here
         if not self.complete:
             self._fail(UpstreamError("The sandbox closed the connection before the response was complete"))
         drain, self._drain = self._drain, None
         if drain is not None and not drain.done():
             drain.set_result(None)
+
+    def _end_of_body(self) -> None:
+        if self.head_done and not self.complete and not self._delimited:
+            self.on_message_complete()  # the body was delimited by the end of the connection
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -259,7 +264,9 @@ async def proxy_http(
         return
     more_body = first.get("more_body", False)
     try:
-        conn = pool.take(route) or await connect_upstream(opener, route, UpstreamConnection, tls=forwarding.tls)
+        conn = pool.take(route) or await connect_upstream(
+            opener, route, UpstreamConnection, tls=forwarding.tls, host=forwarding.host
+        )
         conn.begin(
             head, first.get("body", b""), more_body=more_body, chunked=chunked, head_request=scope["method"] == "HEAD"
         )

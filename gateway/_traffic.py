@@ -1,4 +1,5 @@
-"""Private ports and Host masking on the data plane (E2B's `allowPublicTraffic=false` and `maskRequestHost`).
+"""Private ports, Host masking and HTTPS ports on the data plane (E2B's `allowPublicTraffic=false`,
+`maskRequestHost` and `httpsPorts`).
 
 A sandbox with a traffic access token (`activator.Ingress`) answers on every port but envd's (or, when its
 traffic is public, on its template's private ports, e.g. a browser's CDP port) only requests that carry it in
@@ -12,7 +13,7 @@ answers, and the proxy swaps that address for the public one in their JSON answe
 so a CDP client on any `--domain` follows them back through the gateway.
 
 A sandbox's `https_ports` (E2B's `httpsPorts`) serve TLS themselves: the proxy speaks TLS to them
-(`_upstream.upstream_tls`), whatever the client came over.
+(`_upstream.connect_upstream`), whatever the client came over.
 """
 
 from __future__ import annotations

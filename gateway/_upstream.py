@@ -6,13 +6,15 @@ lifecycle errors it raises (``activator._errors``) are mapped to responses in ``
 
 A sandbox's HTTPS ports (E2B's `httpsPorts`) are reached over TLS that verifies nothing, as E2B's proxy does
 (self-signed certificates work): the sandbox is the one the route names, reached over its own socket, so there
-is no one in between to authenticate against. The SNI is `localhost` and only HTTP/1.1 is offered.
+is no one in between to authenticate against. The SNI is the name of the Host the request carries there (the
+masked one, else `localhost`), and only HTTP/1.1 is offered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import socket
 import ssl
 from collections import deque
@@ -46,14 +48,17 @@ class UpstreamOpener(Protocol):
 P = TypeVar("P", bound=asyncio.BaseProtocol)
 
 
-async def connect_upstream(opener: UpstreamOpener, route: Route, protocol: Callable[[], P], *, tls: bool) -> P:
-    """`protocol` on a new connection to ``route`` (over TLS when `tls`); the socket is closed on failure."""
+async def connect_upstream(
+    opener: UpstreamOpener, route: Route, protocol: Callable[[], P], *, tls: bool, host: bytes | None = None
+) -> P:
+    """`protocol` on a new connection to ``route`` (over TLS when `tls`, naming `host`'s name in its SNI); the
+    socket is closed on failure."""
     sock = await opener.open_upstream(route.sandbox_id, route.port)
     loop = asyncio.get_running_loop()
     try:
         if tls:
             _, connected = await loop.create_connection(
-                protocol, sock=sock, ssl=upstream_tls(), server_hostname="localhost",
+                protocol, sock=sock, ssl=_upstream_tls(), server_hostname=_server_name(host),
                 ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT,
             )  # fmt: skip
         else:
@@ -64,8 +69,19 @@ async def connect_upstream(opener: UpstreamOpener, route: Route, protocol: Calla
     return connected
 
 
+def _server_name(host: bytes | None) -> str:
+    """The name in a Host header (`name[:port]`); `localhost` for none, or for an IP address, which SNI cannot carry."""
+    text = (host or b"").decode("latin-1")
+    name = text[1 : text.find("]")] if text.startswith("[") else text.partition(":")[0]
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name or "localhost"
+    return "localhost"
+
+
 @functools.cache
-def upstream_tls() -> ssl.SSLContext:
+def _upstream_tls() -> ssl.SSLContext:
     """The client context for HTTPS ports: no verification (see the module's docstring), HTTP/1.1."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False

@@ -107,7 +107,7 @@ async def _connect(scope: Scope, route: Route, opener: UpstreamOpener, forwardin
     # Pings only probe the loopback/pod hop and would fail while a sandbox is paused; the client side pings.
     upstream = await connect_upstream(
         opener, route, lambda: ClientConnection(protocol, ping_interval=None, close_timeout=_HANDSHAKE_TIMEOUT),
-        tls=forwarding.tls,
+        tls=forwarding.tls, host=forwarding.host,
     )  # fmt: skip
     headers = [
         (name.decode("latin-1"), value.decode("latin-1")) for name, value in forwarded_headers(scope, _HANDSHAKE_DROP)

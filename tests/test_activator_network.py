@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from activator._errors import InvalidRequest
-from activator._network import DOMAINS_NEED_ALL_TRAFFIC, check_private_ingress, egress_in_force, mask_host
+from activator._network import (
+    DOMAINS_NEED_ALL_TRAFFIC,
+    MAX_HTTPS_PORTS,
+    check_private_ingress,
+    egress_in_force,
+    https_ports,
+    mask_host,
+)  # fmt: skip
 from activator._records import Egress
 from pool import ALL_TRAFFIC, EgressRules
 
@@ -116,3 +123,32 @@ def test_private_ports_need_a_secured_envd(public: bool, secure: bool, refused: 
             check_private_ingress(public=public, secure=secure)
     else:
         check_private_ingress(public=public, secure=secure)
+
+
+@pytest.mark.parametrize(
+    ("ports", "kept"),
+    [
+        ([], ()),
+        ([8443, 3000, 8443], (3000, 8443)),
+        ([1, 65535], (1, 65535)),
+        (list(range(1, MAX_HTTPS_PORTS + 1)), tuple(range(1, MAX_HTTPS_PORTS + 1))),
+        ([3000] * (MAX_HTTPS_PORTS + 1), (3000,)),  # counted once duplicates are folded
+    ],
+)
+def test_https_ports_are_kept_sorted_and_each_once(ports: list[int], kept: tuple[int, ...]) -> None:
+    assert https_ports(ports) == kept
+
+
+@pytest.mark.parametrize(
+    ("ports", "message"),
+    [
+        ([0], "invalid https port 0: ports are 1 to 65535"),
+        ([65536], "invalid https port 65536"),
+        ([3000, 49983], "the envd port (49983) cannot be listed in httpsPorts"),
+        (list(range(1, MAX_HTTPS_PORTS + 2)), f"httpsPorts lists {MAX_HTTPS_PORTS + 1} ports; at most 100"),
+    ],
+)
+def test_https_ports_that_cannot_be_served_are_refused(ports: list[int], message: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        https_ports(ports)
+    assert message in str(refused.value)
