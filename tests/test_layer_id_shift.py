@@ -78,3 +78,38 @@ def test_entries_of_other_owners_and_links_are_left_alone(tmp_path: Path) -> Non
     shift_ids(root, BASE)
     assert (os.stat(kept).st_uid, os.stat(kept).st_gid) == (1000, 1000)
     assert os.lstat(root / "link").st_uid == 1
+
+
+def test_acl_entries_are_shifted_on_their_own(tmp_path: Path) -> None:
+    root = tmp_path / "layer"
+    (root / "defaults").mkdir(parents=True)
+    _set(root / "defaults", "system.posix_acl_default", _acl(BASE + 9, BASE + 9))  # a default ACL alone
+    shift_ids(root, BASE)
+    assert os.getxattr(root / "defaults", "system.posix_acl_default") == _acl(9, 9)
+
+
+def test_a_hard_linked_file_is_shifted_once_and_v2_or_foreign_capabilities_stay(tmp_path: Path) -> None:
+    root = tmp_path / "layer"
+    root.mkdir()
+    linked, v2, foreign = root / "linked", root / "v2", root / "foreign"
+    for path in (linked, v2, foreign):
+        path.write_bytes(b"\x7fELF")
+    os.chown(linked, BASE + 2, BASE + 2)
+    _set(linked, "security.capability", _capability(BASE))
+    _set(linked, "system.posix_acl_access", _acl(BASE + 2, BASE + 2))
+    os.link(linked, root / "again")  # the walk meets the inode twice
+    _set(v2, "security.capability", _capability(None))  # host root's own: no rootid
+    os.chown(foreign, 1000, 1000)  # owned outside the range: not chowned
+    _set(foreign, "security.capability", _capability(BASE + 4))
+    shift_ids(root, BASE)
+    assert (os.stat(linked).st_uid, os.stat(linked).st_gid) == (2, 2)
+    assert os.getxattr(root / "again", "security.capability") == _capability(None)
+    assert os.getxattr(root / "again", "system.posix_acl_access") == _acl(2, 2)
+    assert os.getxattr(v2, "security.capability") == _capability(None)
+    assert os.getxattr(foreign, "security.capability") == _capability(4)
+    assert os.stat(foreign).st_uid == 1000
+
+
+def test_a_base_inside_the_canonical_range_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="overlaps the canonical range"):
+        shift_ids(tmp_path, 1000)

@@ -4,6 +4,7 @@ own templates on a running server."""
 from __future__ import annotations
 
 import shutil
+import stat
 import subprocess
 import sys
 import uuid
@@ -75,6 +76,7 @@ def test_a_refresh_gives_a_templates_layers_new_keys_once_recorded_and_leaves_th
     assert set(new_keys).isdisjoint(keys)
     assert [k for k, _ in before.plan(base)] == keys  # not used until recorded
     refreshing.record_refresh({"base": 1})
+    assert stat.S_IMODE((cache / "layers").stat().st_mode) == 0o700  # root's alone: tenants' files are in it
     assert [k for k, _ in ImageStore(cache, source).plan(base)] == new_keys
     assert [k for k, _ in before.plan(base)] == new_keys  # a running server's store reads it at its next plan
     assert [k for k, _ in before.plan(other)] == other_keys

@@ -6,6 +6,10 @@ v3 `security.capability` naming that root's host id (`rootid`), and chown clears
 `setcap cap_net_bind_service=+ep` or `setfacl -m u:app:rx` in a template step still holds in every sandbox
 that maps the layer to its own range. The formats are the kernel's (`include/uapi/linux/capability.h`,
 `include/uapi/linux/posix_acl_xattr.h`).
+
+A capability rooted at the build's root becomes the v2 form, which the host honours too (as it honours a
+setuid-root file a step made): the image cache's layers directory is root's alone (`ImageStore`), so no
+unprivileged user of the host can reach them by path.
 """
 
 from __future__ import annotations
@@ -29,12 +33,21 @@ _ACL_USER, _ACL_GROUP = 0x02, 0x08  # the tags whose entries name an id
 
 def shift_ids(root: Path, base: int) -> None:
     """Give every entry under `root` owned by ids `base`.. the same ids counted from 0, and its file capability
-    and ACLs the same shift (blocking; a walk that follows no symlink)."""
+    and ACLs the same shift (blocking; a walk that follows no symlink, failing on a directory it cannot list).
+
+    An id the shift produced is below `base` (ranges start at `IDS_PER_SANDBOX` or above), so an inode met
+    twice (hard links) is shifted once."""
+    if base < IDS_PER_SANDBOX:
+        raise ValueError(f"id base {base} overlaps the canonical range")
     paths = [str(root)]
-    for directory, dirs, files in os.walk(root):
+    for directory, dirs, files in os.walk(root, onerror=_raise):
         paths.extend(os.path.join(directory, name) for name in (*dirs, *files))
     for path in paths:
         _shift_one(path, base)
+
+
+def _raise(error: OSError) -> None:
+    raise error
 
 
 def _shifted(value: int, base: int) -> int:
@@ -47,12 +60,15 @@ def _shift_one(path: str, base: int) -> None:
     names = () if link else os.listxattr(path, follow_symlinks=False)
     capability = os.getxattr(path, _CAPABILITY, follow_symlinks=False) if _CAPABILITY in names else None
     uid, gid = _shifted(st.st_uid, base), _shifted(st.st_gid, base)
-    if (uid, gid) != (st.st_uid, st.st_gid):
+    chowned = (uid, gid) != (st.st_uid, st.st_gid)
+    if chowned:
         os.lchown(path, uid, gid)
         if not link and st.st_mode & 0o6000:
             os.chmod(path, stat.S_IMODE(st.st_mode))  # chown clears setuid and setgid bits: give them back
     if capability is not None:  # chown cleared it too, and its rootid may be the build's root
-        os.setxattr(path, _CAPABILITY, _shifted_capability(capability, base), follow_symlinks=False)
+        shifted = _shifted_capability(capability, base)
+        if chowned or shifted != capability:
+            os.setxattr(path, _CAPABILITY, shifted, follow_symlinks=False)
     for name in _ACLS:
         if name in names:
             acl = os.getxattr(path, name, follow_symlinks=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -77,10 +78,17 @@ class ImageStore:
         except (OSError, msgspec.DecodeError):
             return {}
 
+    def _make_layers_dir(self) -> None:
+        """The layers directory, root's alone (0700): layers hold what tenants' build steps wrote, setuid-root
+        files and file capabilities among them, which no one on the host may run. Sandboxes reach their layers
+        through mounts host root makes, never by path."""
+        self._layers.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._layers, 0o700)
+
     def record_refresh(self, generations: Mapping[str, int]) -> None:
         """Make `generations` the templates' current ones, once their layers are built: from then on every plan,
         in any process, names the refreshed layers (the old ones stay for the sandboxes pinned to them)."""
-        self._layers.mkdir(parents=True, exist_ok=True)
+        self._make_layers_dir()
         with self._locked():
             merged = {**self.recorded_generations(), **generations}
             temporary = self._layers / f"{_REFRESHED}.tmp"
@@ -131,7 +139,7 @@ class ImageStore:
         the runtime's template builder (`pool._local._template_builder`) makes those. `registry` logs in to
         pull an `OciLayer`'s image.
         """
-        self._layers.mkdir(parents=True, exist_ok=True)
+        self._make_layers_dir()
         with self._locked():
             built: list[Path] = []
             base = template.layers[0]
@@ -166,7 +174,7 @@ class ImageStore:
     def scratch(self) -> Path:
         """A new empty directory on the cache's own filesystem, from which a layer is committed by a rename; its
         caller removes it."""
-        self._layers.mkdir(parents=True, exist_ok=True)
+        self._make_layers_dir()
         return Path(tempfile.mkdtemp(prefix=".scratch-", dir=self._layers))
 
     def commit(self, key: str, upper: Path, id_base: int) -> Path:
@@ -175,7 +183,7 @@ class ImageStore:
         Ids are shifted back to the canonical range (each sandbox maps its layers to its own), then the
         directory is moved into place in one rename; a layer another build committed meanwhile wins.
         """
-        self._layers.mkdir(parents=True, exist_ok=True)
+        self._make_layers_dir()
         target = self._layers / key
         work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=self._layers))
         try:
