@@ -38,7 +38,7 @@ def reap_orphans(uids: range, timeout: float = 5.0) -> bool:
     becomes a zombie after), so one pass could find a re-parented pid 1 still exiting and leave its zombie
     behind, in a range the slot's next sandbox gets.
     """
-    deadline = time.monotonic() + timeout
+    deadline, pause = time.monotonic() + timeout, 0.0005
     while found := _processes_in(uids):
         for pid, reapable in found:
             if reapable:
@@ -46,5 +46,6 @@ def reap_orphans(uids: range, timeout: float = 5.0) -> bool:
                     os.waitpid(pid, 0)
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.0005)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)  # each pass reads all of /proc: a process that lingers is not polled hot
     return True
