@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 
 from executor._app import App, Settings
@@ -71,23 +72,31 @@ async def _serve(host: str, ports: tuple[int, int], ready_fd: int | None, app: A
     loop = asyncio.get_running_loop()
     app.install(loop)
     stop = stop_on_signals(loop)
-    listeners = [listen(host, port, logger) for port in ports]
-    if listeners[0] is None or listeners[1] is None:
-        return 1
-    server = await loop.create_server(lambda: Connection(app.handle), sock=listeners[0])
-    agents = await loop.create_server(lambda: Connection(app.handle_agents), sock=listeners[1])
-    logger.info("listening on %s:%d (agents on %d)", host, listeners[0].getsockname()[1], listeners[1].getsockname()[1])
-    if ready_fd is not None:
-        os.write(ready_fd, b"ready\n")
-        os.close(ready_fd)
-    app.load()
-    if os.getpid() == 1:  # a sandbox's init: see `_sudo` for why never elsewhere
-        app.serve_sudo()
-    await stop.wait()
-    server.close()
-    agents.close()
-    await app.close()
-    return 0
+    try:
+        listeners = [listen(host, port, logger) for port in ports]
+        if listeners[0] is None or listeners[1] is None:
+            return 1
+        server = await loop.create_server(lambda: Connection(app.handle), sock=listeners[0])
+        agents = await loop.create_server(lambda: Connection(app.handle_agents), sock=listeners[1])
+        logger.info(
+            "listening on %s:%d (agents on %d)", host, listeners[0].getsockname()[1], listeners[1].getsockname()[1]
+        )
+        if ready_fd is not None:
+            os.write(ready_fd, b"ready\n")
+            os.close(ready_fd)
+        app.load()
+        if os.getpid() == 1:  # a sandbox's init: see `_sudo` for why never elsewhere
+            app.serve_sudo()
+        await stop.wait()
+        server.close()
+        agents.close()
+        await app.close()
+        return 0
+    finally:
+        # Removed while the loop runs: `loop.close()` closes its wakeup pipe before it removes the
+        # handlers, and a child dying in between has its SIGCHLD written to a closed fd (a traceback).
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            loop.remove_signal_handler(number)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

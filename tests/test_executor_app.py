@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,6 +129,38 @@ def test_sigterm_kills_and_reaps_the_processes_then_exits_zero() -> None:
         assert running.stop() == 0
         with pytest.raises(ProcessLookupError):
             os.kill(handle.pid, 0)
+
+
+# Run in a process of its own: serving installs a SIGCHLD reaper that would take other tests' children.
+_SERVE_UNTIL_TERMINATED = """
+import asyncio, os, signal, sys
+from executor._app import App, Settings
+from executor._defaults import Defaults
+from executor._main import _serve
+from executor._reaper import Reaper
+
+async def serve_until_terminated() -> int:
+    ready, ready_w = os.pipe()
+    app = App(Settings(agent_state_dir=sys.argv[1]), Defaults(user="root"), Reaper())
+    serving = asyncio.create_task(_serve("127.0.0.1", (0, 0), ready_w, app))
+    await asyncio.to_thread(os.read, ready, 16)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return await serving
+
+loop = asyncio.new_event_loop()
+code = loop.run_until_complete(serve_until_terminated())
+print(code, signal.set_wakeup_fd(-1), signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL)
+loop.close()
+"""
+
+
+def test_serving_leaves_no_signal_handler_for_the_loop_to_close_over(tmp_path: Path) -> None:
+    """`loop.close()` closes its wakeup pipe before it removes signal handlers: a child dying in between
+    had its SIGCHLD written to a closed fd, and CPython printed a traceback into the executor's log."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE_UNTIL_TERMINATED, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["0", "-1", "True"]), done.stderr
 
 
 def test_home_flag_gives_every_user_that_home(tmp_path: Path) -> None:
