@@ -19,6 +19,8 @@ __all__ = [
     "BuildLog",
     "EgressRules",
     "ExecutorInit",
+    "ForkImage",
+    "Forker",
     "RegistryLogin",
     "Runtime",
     "RuntimeCapabilities",
@@ -80,6 +82,19 @@ def _is_network(entry: str) -> bool:
     return True
 
 
+@dataclasses.dataclass(frozen=True)
+class ForkImage:
+    """A running sandbox's memory and files of one moment, which its forks start from (`Forker`); in memory only."""
+
+    source_id: str
+    key: str  # what the runtime finds the image by
+    # The source executor's token at that moment, which the image's executor still holds: a fork's `/init`
+    # authenticates with it to set the fork's own (the repr hides it).
+    access_token: str | None = dataclasses.field(default=None, repr=False)
+    seconds: float = 0.0  # how long the source was held for it
+    image_bytes: int = 0
+
+
 class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a runtime needs to start one sandbox."""
 
@@ -90,6 +105,7 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     # Extra annotations for the runtime's objects (owner key id, metadata, lifecycle); never secrets.
     annotations: dict[str, str] = {}
     volumes: tuple[VolumeMount, ...] = ()  # mounted read-write at their paths (runtimes with `volumes` only)
+    fork: ForkImage | None = None  # start as a copy of that image, memory and all (runtimes that are `Forker`s)
 
 
 class SandboxStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,6 +180,22 @@ class TemplateBuilder(Protocol):
     async def drop_snapshot_files(self, template: Template) -> None:
         """Delete the files of the `SnapshotLayer` on top of `template` (the one its snapshot took; those below are
         other snapshots'): no sandbox or template may start over them again."""
+
+
+class Forker(Protocol):
+    """Forks running sandboxes with their memory (the local runtime, where CRIU works): one image of the source,
+    then each fork a `start` with `SandboxSpec.fork` naming it, restored into a sandbox of its own (its own id
+    range, network namespace, cgroups and executor token)."""
+
+    def fork_refusal(self) -> str:
+        """Why forks cannot be made here ("" when they can)."""
+
+    async def fork_image(self, sandbox_id: str, access_token: str | None) -> ForkImage:
+        """An image of the running sandbox, which is frozen only while it is taken and runs on as it was;
+        `access_token` is its executor's. SandboxGone when it does not run, RuntimeFailure when the dump fails."""
+
+    async def drop_fork_image(self, image: ForkImage) -> None:
+        """Delete the image (forks started from it keep running)."""
 
 
 class Runtime(Protocol):

@@ -39,8 +39,9 @@ def base_with(**resources: int) -> Template:
     return msgspec.structs.replace(base, resources=msgspec.structs.replace(base.resources, **resources))
 
 
-def spec(sandbox_id: str, template: Template | None = None) -> SandboxSpec:
-    return SandboxSpec(sandbox_id=sandbox_id, template=template or TEMPLATES["base"], init=ExecutorInit())
+def spec(sandbox_id: str, template: Template | None = None, *, access_token: str | None = None) -> SandboxSpec:
+    init = ExecutorInit(access_token=access_token)
+    return SandboxSpec(sandbox_id=sandbox_id, template=template or TEMPLATES["base"], init=init)
 
 
 def runtime_settings(

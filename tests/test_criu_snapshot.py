@@ -51,9 +51,9 @@ async def _count(rt: LocalRuntime, sandbox_id: str) -> tuple[int, int]:
     return int(count), int(pid)
 
 
-async def _start_counter(rt: LocalRuntime, sandbox_id: str) -> tuple[int, int]:
-    await rt.start(spec(sandbox_id))
-    started = await run_in_sandbox(rt, sandbox_id, _START_COUNTER)
+async def _start_counter(rt: LocalRuntime, sandbox_id: str, *, token: str | None = None) -> tuple[int, int]:
+    await rt.start(spec(sandbox_id, access_token=token))
+    started = await run_in_sandbox(rt, sandbox_id, _START_COUNTER, token=token)
     assert started.exit_code == 0, started
     return await _count(rt, sandbox_id)
 

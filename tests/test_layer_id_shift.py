@@ -111,5 +111,27 @@ def test_a_hard_linked_file_is_shifted_once_and_v2_or_foreign_capabilities_stay(
 
 
 def test_a_base_inside_the_canonical_range_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="overlaps the canonical range"):
+    with pytest.raises(ValueError, match="overlaps the range 0"):
         shift_ids(tmp_path, 1000)
+
+
+def test_a_forks_layer_moves_from_its_sources_range_to_its_own(tmp_path: Path) -> None:
+    """A fork's writable layer: the ids of the source's range move to the fork's, a capability stays v3 naming
+    the fork's root, and a hard-linked inode is moved once."""
+    root, to = tmp_path / "upper", BASE + 10 * 65536
+    root.mkdir()
+    tool, linked = root / "tool", root / "linked"
+    tool.write_bytes(b"#!/bin/sh\n")
+    os.link(tool, linked)
+    os.chown(root, BASE, BASE)
+    os.chown(tool, BASE + 1000, BASE + 1000)
+    _set(tool, "security.capability", _capability(BASE))
+    _set(root, "system.posix_acl_access", _acl(BASE + 7, 42))
+
+    shift_ids(root, BASE, to)
+
+    assert (os.stat(root).st_uid, os.stat(linked).st_uid, os.stat(linked).st_gid) == (to, to + 1000, to + 1000)
+    assert os.getxattr(tool, "security.capability") == _capability(to)
+    assert os.getxattr(root, "system.posix_acl_access") == _acl(to + 7, 42)
+    with pytest.raises(ValueError, match="overlaps"):
+        shift_ids(root, to, to + 65535)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -21,17 +22,21 @@ from typing import NamedTuple
 
 import msgspec
 
+from executor.envd import ENVD_PORT
 from pool._errors import CheckpointFailed, RuntimeFailure, SandboxGone
+from pool._executor_client import post_init
 from pool._local._census import foreign_processes
 from pool._local._core import LocalRuntimeSettings, LocalSandboxes, crash_reason, record_snapshot
 from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
+from pool._local._forks import ForkSource, place_fork, take_fork_image
 from pool._local._sandbox import Sandbox, load_sandbox
 from pool._local._snapshots import CriuSupport, drop_image, settle
 from pool._local._template_builder import LocalTemplateBuilder
 from pool._runtime import (
     BuildLog,
     EgressRules,
+    ForkImage,
     RegistryLogin,
     RuntimeCapabilities,
     SandboxSpec,
@@ -56,6 +61,10 @@ class LocalRuntime(LocalSandboxes):
         self._dump_failed: set[str] = set()
         self._crashes: dict[str, str] = {}  # found by `recover`: pid 1 died while no server watched, and why
         self._builder = LocalTemplateBuilder(self)
+        # Fork images live as long as the fork request that took them: any found at start were a crash's.
+        self._fork_images = settings.data_dir / "fork-images"
+        shutil.rmtree(self._fork_images, ignore_errors=True)
+        self._fork_sources: dict[str, ForkSource] = {}
 
     async def build_template(
         self,
@@ -108,6 +117,69 @@ class LocalRuntime(LocalSandboxes):
             raise KeyError(f"a built-in template names uploaded files {files_hash}")
 
         await self.build_template(template, lambda _layer, _level, line: log(line), files=no_uploads, within=3600)
+
+    def fork_refusal(self) -> str:
+        """`pool.Forker`: forks keep memory, so they need the CRIU that passed the start-up trial."""
+        status = self._criu.status_now()
+        if status is None:
+            return "the CRIU trial of this server is still running: fork again in a moment"
+        if status.available:
+            return ""
+        return f"a fork keeps the sandbox's memory, and CRIU does not work here: {status.reason}"
+
+    async def fork_image(self, sandbox_id: str, access_token: str | None) -> ForkImage:
+        """`pool.Forker`: CRIU's image of the running sandbox and a copy of its writable layer (`_forks`)."""
+        box = self._running(sandbox_id)
+        criu = await self._criu.binary()
+        if criu is None:
+            raise RuntimeFailure(self.fork_refusal())
+        key = secrets.token_hex(8)
+        source = await self.workers.run(self.workers.snapshots, take_fork_image, criu, box, self._fork_images / key)
+        self._fork_sources[key] = source
+        _log.info("sandbox %s: fork image in %.0f ms, %d bytes", sandbox_id, source.seconds * 1000, source.image_bytes)
+        return ForkImage(
+            source_id=sandbox_id, key=key, access_token=access_token, seconds=source.seconds,
+            image_bytes=source.image_bytes,
+        )  # fmt: skip
+
+    async def drop_fork_image(self, image: ForkImage) -> None:
+        """`pool.Forker`: the image goes; its forks have their own copies."""
+        self._fork_sources.pop(image.key, None)
+        await self.workers.run(self.workers.snapshots, shutil.rmtree, self._fork_images / image.key, True)
+
+    async def start(self, spec: SandboxSpec) -> None:
+        """A sandbox from its template, or, with `spec.fork`, a copy of that image restored into a slot of its own."""
+        if spec.fork is None:
+            await super().start(spec)
+        else:
+            await self._start_fork(spec, spec.fork)
+
+    async def _start_fork(self, spec: SandboxSpec, image: ForkImage) -> None:
+        if spec.sandbox_id in self._sandboxes or spec.sandbox_id in self._preparing:
+            return
+        source, criu = self._fork_sources.get(image.key), await self._criu.binary()
+        if source is None or criu is None:
+            raise RuntimeFailure(f"the image of sandbox {image.source_id} that sandbox {spec.sandbox_id} forks is gone")
+        self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
+        layers = [Path(layer) for layer in source.layers]
+        box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
+        try:
+            await self.workers.run(self.workers.lifecycle, place_fork, self._fork_images / image.key, source, box)
+            box.cgroup.create(spec.template.resources)
+            box.pid = await self.workers.run(
+                self.workers.snapshots, restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
+                cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
+            )  # fmt: skip
+            self._adopt(box)
+            await self.workers.run(self.workers.snapshots, drop_image, box.directory)
+            await self._connect(box, spec.egress)
+            connect = functools.partial(self.open_socket, spec.sandbox_id)
+            await post_init(await connect(ENVD_PORT), spec.init, image.access_token)  # the fork's token from now on
+            await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
+            box.set_start_pids(list(source.start_pids))
+        except BaseException:
+            await self.stop(spec.sandbox_id)
+            raise
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         self._dump_failed.discard(sandbox_id)
