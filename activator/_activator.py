@@ -60,9 +60,11 @@ from activator._template_files import TemplateFiles
 from activator._template_records import TemplateLedger, TemplateRecord
 from activator._transitions import Crash, Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
 from activator._volumes import VolumeStore, resolve_mounts, volume_call
-from pool import ExecutorInit, Runtime, SandboxStats, Template, TemplateBuilder, VolumeRecord
+from pool import ExecutorInit, Forker, ForkImage, Runtime, SandboxStats, Template, TemplateBuilder, VolumeRecord
 
-__all__ = ["Activator", "Page", "TemplateBuildSource"]
+__all__ = ["MAX_FORKS", "Activator", "Page", "TemplateBuildSource"]
+
+MAX_FORKS = 20  # copies per fork request (the SDK's own bound)
 
 _log = logging.getLogger("activator")
 _LISTED = (SandboxState.RUNNING, SandboxState.PAUSED)
@@ -113,13 +115,15 @@ class Activator:
         coordinator: Coordinator | None = None,
         builds: TemplateBuildSource | None = None,
         volumes: VolumeStore | None = None,
+        forker: Forker | None = None,
     ) -> None:
         """`on_halt(sandbox_id)` drops the gateway's idle connections into a sandbox (e.g. its `pool.drop`): called
         before a sandbox is frozen, snapshotted or killed, and when an idle sandbox's connections are all idle.
         `health_details()` adds the runtime's facts (e.g. CRIU) to `health()`. `warm` hands out started sandboxes
         to creates. `coordinator` is what gateway replicas share (`start_coordination` subscribes to it). `builds`
         is where keys' templates are built and kept (none: this server builds no templates). `volumes` is where
-        keys' volumes are kept (none: this runtime has no volumes)."""
+        keys' volumes are kept (none: this runtime has no volumes). `forker` forks sandboxes with their memory
+        (none: this runtime cannot)."""
         self.settings = settings
         self.catalog = TemplateCatalog(templates, settings.template_aliases, loaded_at=clock())
         source = builds or TemplateBuildSource()
@@ -134,6 +138,7 @@ class Activator:
         self._health_details = health_details
         self._warm = warm
         self._volumes = volumes
+        self._forker = forker
         self._mounting: Counter[str] = Counter()  # volume id -> creates that mount it and are not live yet
         self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
@@ -347,6 +352,58 @@ class Activator:
             return await self.template_builds.snapshot(owner, name, tag, sandbox_id, template, self._templates_in_use)
 
         return await self._machine.holding(sandbox_id, take)
+
+    async def fork(
+        self, owner: str, sandbox_id: str, *, count: int, lifetime: float | None
+    ) -> list[SandboxRecord | ActivatorError]:
+        """E2B's fork: `count` new sandboxes from one image of the running sandbox's memory and files (it is frozen
+        while the image is taken, then runs on, its id and deadline untouched); each fork's outcome on its own.
+
+        A fork has the source's template, metadata, env vars, rules and lifecycle, its own id and tokens, and
+        `lifetime` (its timeout in seconds; none: the source's). NotSupported where the runtime cannot fork, or
+        for a sandbox never snapshotted with its memory; SandboxConflict for a paused one (connect to it first)."""
+        forker = self._forker
+        refusal = "fork is not supported by this server's runtime (forks keep memory: the local runtime's, with CRIU)"
+        if forker is None or (refusal := forker.fork_refusal()):
+            raise NotSupported(refusal)
+        if not 1 <= count <= MAX_FORKS:
+            raise InvalidRequest(f"count must be between 1 and {MAX_FORKS}, not {count}")
+        source = self.get(owner, sandbox_id)
+        seconds = self._ttl(source.timeout if lifetime is None else lifetime)
+        if source.user_paused:
+            raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before forking it")
+        if self._machine.freeze_only(source):
+            what = "a sandbox with volumes" if source.volumes else f"a sandbox of template {source.alias!r}"
+            raise NotSupported(f"{what} is not forked: its memory is never imaged")
+        await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
+
+        async def take(record: SandboxRecord) -> ForkImage:
+            if record.state is not SandboxState.RUNNING:  # the idle policy paused it again meanwhile
+                raise SandboxConflict(f"sandbox {sandbox_id} was paused meanwhile: try again")
+            return await runtime_call(f"fork sandbox {sandbox_id}", forker.fork_image(sandbox_id, record.access_token))
+
+        image = await self._machine.holding(sandbox_id, take)
+        try:
+            return list(await asyncio.gather(*(self._start_fork(source, image, seconds) for _ in range(count))))
+        finally:
+            await forker.drop_fork_image(image)
+
+    async def _start_fork(
+        self, source: SandboxRecord, image: ForkImage, lifetime: float
+    ) -> SandboxRecord | ActivatorError:
+        now, ingress = self._clock(), source.ingress
+        if ingress.traffic_access_token is not None:
+            ingress = msgspec.structs.replace(ingress, traffic_access_token=new_access_token())
+        record = msgspec.structs.replace(
+            source, id=new_sandbox_id(), state=SandboxState.RUNNING, created_at=now, started_at=now,
+            end_at=now + lifetime, timeout=lifetime, remaining=0.0, pause_reason=None, snapshot_kind=None, crash=None,
+            access_token=new_access_token() if source.access_token is not None else None, ingress=ingress,
+        )  # fmt: skip
+        try:
+            async with self._quota.admit(record):
+                return (await self._machine.apply(record.id, Start(record, fork=image))).record
+        except ActivatorError as exc:
+            return exc
 
     async def delete_template(self, owner: str, name: str) -> None:
         """Delete `owner`'s template (`TemplateBuilds.delete`); a snapshot's files stay while a live sandbox was

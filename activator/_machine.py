@@ -254,13 +254,14 @@ class SandboxMachine:
         record = step.record
         match step.action:
             case "start":
-                await runtime_call(f"start sandbox {record.id}", self._runtime.start(self.spec_for(record)))
+                spec = msgspec.structs.replace(self.spec_for(record), fork=step.fork)
+                await runtime_call(f"start sandbox {record.id}", self._runtime.start(spec))
             case "restore":
                 restored = self._runtime.restore(self.spec_for(record), memory=step.memory)
                 await runtime_call(f"restore sandbox {record.id}", restored)
             case "snapshot":
                 try:
-                    if step.memory and self._freeze_only(record):
+                    if step.memory and self.freeze_only(record):
                         what = "a sandbox with volumes" if record.volumes else f"template {record.alias!r}"
                         raise CheckpointFailed(f"{what} is not snapshotted with its memory")
                     info = await self._runtime.snapshot(record.id, memory=step.memory)
@@ -286,7 +287,7 @@ class SandboxMachine:
                 await runtime_call(f"set the egress of sandbox {record.id}", self._runtime.set_egress(record.id, rules))
         return step
 
-    def _freeze_only(self, record: SandboxRecord) -> bool:
+    def freeze_only(self, record: SandboxRecord) -> bool:
         """Whether the sandbox is frozen where others are snapshotted: its template says so, or it mounts volumes
         (a memory image would not hold their mounts, and they are shared with other sandboxes)."""
         template = self._catalog.templates.get(record.template)

@@ -42,6 +42,7 @@ from msgspec.structs import replace
 
 from activator._errors import SandboxConflict, SandboxNotFound
 from activator._records import Egress, SandboxRecord, SandboxState
+from pool import ForkImage
 
 __all__ = [
     "Action",
@@ -72,9 +73,10 @@ _REASSERT_ALIVE: dict[SandboxState, Action] = {_RUNNING: "thaw", _PAUSED: "freez
 
 
 class Start(msgspec.Struct, frozen=True, tag=True):
-    """Create: start a sandbox for this new record."""
+    """Create: start a sandbox for this new record (with `fork`, as a copy of that image of another sandbox)."""
 
     record: SandboxRecord
+    fork: ForkImage | None = None
     reason = "create"
 
 
@@ -184,13 +186,18 @@ class Step(NamedTuple):
     log: str | None  # the lifecycle log line, when something happened worth one
     before: SandboxRecord | None = None  # the record the plan started from
     memory: bool = True  # for a snapshot or restore: False keeps / brings back the files only
+    fork: ForkImage | None = None  # for a start: the image the sandbox is a copy of
 
 
 def plan(record: SandboxRecord | None, intent: Intent, now: float) -> Step:
     """What `intent` does to the sandbox whose current record is `record` (None: no such sandbox)."""
     if isinstance(intent, Start):
-        new = intent.record
-        return _same(record) if record else Step(new, "start", f"created from template {new.template}")
+        new, fork = intent.record, intent.fork
+        if record:
+            return _same(record)
+        if fork is not None:
+            return Step(new, "start", f"forked from sandbox {fork.source_id} (template {new.template})", fork=fork)
+        return Step(new, "start", f"created from template {new.template}")
     if record is None or record.state is _KILLED:
         raise SandboxNotFound("sandbox doesn't exist or you don't have access to it")
     step = _plan_live(record, intent, now)

@@ -139,6 +139,7 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
             health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,
             coordinator=coordinator, builds=builds,
             volumes=runtime.volumes if isinstance(runtime, LocalRuntime) else None,
+            forker=runtime if isinstance(runtime, LocalRuntime) else None,
         )  # fmt: skip
         stack.push_async_callback(activator.template_builds.close)
 

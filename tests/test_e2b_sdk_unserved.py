@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from e2b import Sandbox, Template
-from e2b.exceptions import NotFoundException, SandboxException
+from e2b.exceptions import SandboxException
 
 from tests.server_fixtures import RunningServer
 
@@ -30,23 +30,12 @@ def test_a_namespace_and_the_default_tag_name_the_same_template(e2b_env: Running
         Sandbox.create("base:v2")
 
 
-def test_unserved_features_of_a_running_sandbox_are_refused_by_name(e2b_env: RunningServer) -> None:
-    sbx = Sandbox.create(timeout=60)
-    try:
-        with pytest.raises(SandboxException, match=r"501: fork .* not supported") as raised:
-            sbx.fork()
-        assert not isinstance(raised.value, NotFoundException)
-        assert sbx.is_running()
-    finally:
-        sbx.kill()
-
-
 @pytest.mark.parametrize(
     ("method", "path"),
     [
         ("POST", "/v2/templates"),
         ("PATCH", "/templates/tpl"),
-        ("POST", "/sandboxes/abc/fork"),
+        ("DELETE", "/secrets/abc"),
         ("GET", "/secrets"),
     ],
 )

@@ -9,6 +9,7 @@ from litestar.middleware import DefineMiddleware
 
 from activator._e2b._auth import ApiKeyAuth
 from activator._e2b._error_handler import e2b_error_response
+from activator._e2b._fork_routes import FORK_ROUTES
 from activator._e2b._info_routes import INFO_ROUTES, PUBLIC_INFO_ROUTES
 from activator._e2b._lifecycle_routes import LIFECYCLE_ROUTES
 from activator._e2b._network_routes import NETWORK_ROUTES
@@ -36,7 +37,10 @@ def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
     `app.state.activator` and the auth middleware the `ApiKeys` at `app.state.api_keys` (keys `ACTIVATOR`,
     `API_KEYS`); the app's lifespan must set both before serving.
     """
-    served = [*LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *TEMPLATE_ROUTES, *SNAPSHOT_ROUTES, *VOLUME_ROUTES]
+    served = [
+        *LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *TEMPLATE_ROUTES, *SNAPSHOT_ROUTES, *FORK_ROUTES,
+        *VOLUME_ROUTES,
+    ]  # fmt: skip
     volume_content = Router(path="/", route_handlers=PUBLIC_VOLUME_ROUTES, security=VOLUME_TOKEN_REQUIRED)
     keyed = Router(
         path="/",

@@ -25,7 +25,6 @@ _S = "/sandboxes/{sandbox_id:str}"
 _UNSUPPORTED: tuple[tuple[Method, tuple[str, ...], str], ...] = (
     ("POST", ("/v2/templates", "/templates", _T), "building templates from a Dockerfile (CLI 1.x; use the SDK)"),
     ("PATCH", (_T, f"/v2{_T}"), "changing templates"),
-    ("POST", (f"{_S}/fork",), "fork (it needs a memory snapshot restored into other sandboxes)"),
     ("GET", ("/secrets", "/secrets/{secret_id:str}"), "secrets"),
     ("POST", ("/secrets",), "secrets"),
     ("PATCH", ("/secrets/{secret_id:str}",), "secrets"),

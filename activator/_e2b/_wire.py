@@ -383,6 +383,21 @@ class RemoveTags(_Wire, kw_only=True):
 # Snapshots (e2b-features.md §3)
 
 
+class ForkRequest(_Wire, kw_only=True):
+    """`POST /sandboxes/{id}/fork` (`SandboxForkRequest`): the forks' timeout in seconds (none: the source's) and
+    how many (none: one; the bound is `activator.MAX_FORKS`)."""
+
+    timeout: _Seconds | None = None
+    count: int | None = None
+
+
+class ForkResult(_Wire, kw_only=True):
+    """One fork's outcome (`SandboxForkResult`): the sandbox, as create answers it, or why it failed."""
+
+    sandbox: Sandbox | None = None
+    error: ErrorBody | None = None
+
+
 class SnapshotRequest(_Wire, kw_only=True):
     """`POST /sandboxes/{id}/snapshots` (`SandboxSnapshotRequest`): `name[:tag]` of the snapshot's template (none:
     named by its ID); `memory`: the SDK's `mode` ("full": true, "filesystem": false; none: the server's default)."""
