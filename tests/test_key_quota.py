@@ -20,6 +20,7 @@ from pool import HostCeiling, SandboxSpec
 from pool._local._cgroups import cgroup_root_for, write_ceiling
 from tests import test_activator_fakes as fakes
 from tests.key_fixtures import create_key, keys_command
+from tests.runtime_fixtures import require_criu
 from tests.server_fixtures import RunningServer, server_in_temp_dir
 from tests.test_mcp_server import call, failed, ok
 from tests.ui_fixtures import sdk_options
@@ -137,6 +138,26 @@ def test_the_sdk_gets_rate_limited_past_the_limit_and_keys_update_lifts_it(quota
     finally:
         for sandbox in created:
             sandbox.kill()
+
+
+def test_a_fork_past_the_limit_is_refused_in_its_place_and_the_others_start(quota_server: RunningServer) -> None:
+    require_criu()
+    key, _ = create_key(quota_server, "--max-sandboxes", "2")
+    source = Sandbox.create(**sdk_options(quota_server, key))
+    try:
+        forks = source.fork(count=2)
+        started = [fork for fork in forks if isinstance(fork, Sandbox)]
+        try:
+            assert len(started) == 1
+            refused = [str(fork) for fork in forks if isinstance(fork, RateLimitException)]
+            assert len(refused) == 1
+            assert f"{FULL} (2)." in refused[0]
+            assert started[0].commands.run("echo forked").stdout == "forked\n"
+        finally:
+            for fork in started:
+                fork.kill()
+    finally:
+        source.kill()
 
 
 @pytest.mark.anyio

@@ -1,0 +1,98 @@
+"""Benchmark: E2B's fork with memory (`sbx.fork(count=)`), through the real SDK, next to a cold create.
+
+    .venv/bin/python -m loadtests.bench_fork [--runs 5] [--counts 1,4] [--mib 0,256]
+
+One server (no warm pool, so `Sandbox.create()` is a cold start: the baseline of the same run). For each
+size, a source sandbox whose background process holds that many MiB of memory (random, so nothing
+compresses) is forked --runs times for each count; printed: how long `fork` takes until every fork is ready,
+and that time per copy (the goal: at most 300 ms). Next to it, the copy without memory as E2B users make one:
+`create_snapshot(mode="filesystem")` then `Sandbox.create` from it (processes start again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from e2b import Sandbox
+
+from loadtests._stats import row
+from tests.server_fixtures import running_server
+
+_HOLD = (
+    'python3 -c \'import os, time; heap = os.urandom({mib} << 20); open("/tmp/held", "w").close(); time.sleep(1e6)\''
+)
+
+
+def _ms(began: float) -> float:
+    return (time.perf_counter() - began) * 1000
+
+
+def _source(mib: int) -> Sandbox:
+    source = Sandbox.create(timeout=3600)
+    source.commands.run(_HOLD.format(mib=mib), background=True)
+    source.commands.run("until [ -e /tmp/held ]; do sleep 0.05; done", timeout=120)
+    return source
+
+
+def _forks(source: Sandbox, count: int, runs: int) -> tuple[list[float], list[float]]:
+    """(each fork call's ms, its ms per copy)."""
+    whole, per_copy = [], []
+    for _ in range(runs):
+        began = time.perf_counter()
+        forks = source.fork(count=count, timeout=120)
+        elapsed = _ms(began)
+        failed = [fork for fork in forks if not isinstance(fork, Sandbox)]
+        for fork in forks:
+            if isinstance(fork, Sandbox):
+                fork.kill()
+        if failed:
+            raise SystemExit(f"fork failed: {failed}")
+        whole.append(elapsed)
+        per_copy.append(elapsed / count)
+    return whole, per_copy
+
+
+def _files_only_copies(source: Sandbox, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        snapshot = source.create_snapshot(mode="filesystem")
+        copy = Sandbox.create(snapshot.snapshot_id)
+        times.append(_ms(began))
+        copy.kill()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--counts", default="1,4", help="forks per request")
+    parser.add_argument("--mib", default="0,256", help="MiB held in the source's memory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp, running_server(Path(tmp) / "data") as server:
+        os.environ.update(server.e2b_env())
+        baseline = []
+        for _ in range(args.runs):
+            began = time.perf_counter()
+            Sandbox.create().kill()
+            baseline.append(_ms(began))
+        print(row("cold create (baseline)", baseline))
+        for mib in (int(m) for m in args.mib.split(",")):
+            source = _source(mib)
+            try:
+                for count in (int(c) for c in args.counts.split(",")):
+                    whole, per_copy = _forks(source, count, args.runs)
+                    print(row(f"fork, {mib} MiB held, count={count}", whole))
+                    print(row("  per copy", per_copy))
+                print(row("  files only: snapshot + create from it", _files_only_copies(source, args.runs)))
+            finally:
+                source.kill()
+
+
+if __name__ == "__main__":
+    main()
