@@ -55,7 +55,7 @@ from activator._records import (
 from activator._settings import ActivatorSettings
 from activator._store import Store, decode_cursor, encode_cursor
 from activator._telemetry import Telemetry
-from activator._template_builds import TemplateBuilds, WarmBuilds
+from activator._template_builds import MemoryOf, TemplateBuilds, WarmBuilds
 from activator._template_files import TemplateFiles
 from activator._template_records import TemplateLedger, TemplateRecord
 from activator._transitions import Crash, Intent, Kill, Pause, Resume, SetNetwork, SetTimeout, Start, Step
@@ -328,20 +328,18 @@ class Activator:
     async def create_snapshot(
         self, owner: str, sandbox_id: str, name: str, tag: str, *, memory: bool
     ) -> TemplateRecord:
-        """E2B's create_snapshot: the sandbox's files as the build `tag` of a template (`name`, or "" for one named
-        by its ID), which sandboxes are then created from; the sandbox is frozen only while they are copied.
-
-        With `memory` (asked for: E2B's mode "full") NotSupported: a memory image is restored only into the
-        sandbox it was taken of here. A user-paused sandbox is SandboxConflict: connect to it first.
+        """E2B's create_snapshot: the sandbox's files, or with `memory` (E2B's mode "full") its memory and files, as
+        the build `tag` of a template (`name`, or "" for one named by its ID), which sandboxes are then created
+        from; the sandbox is frozen only while they are taken. A sandbox created from a snapshot with memory goes
+        on from it as a fork would. NotSupported for memory where forks are (`_memory_imager`); a user-paused
+        sandbox is SandboxConflict: connect to it first.
         """
-        if memory:
-            raise NotSupported(
-                "snapshots with memory (mode 'full') are not supported by this server: a snapshot keeps the "
-                "sandbox's files (mode='filesystem', or no mode), and sandboxes created from it start over them afresh"
-            )
         if self.template_builds.refusal:
             raise NotSupported(self.template_builds.refusal)
-        if self.get(owner, sandbox_id).user_paused:
+        source = self.get(owner, sandbox_id)
+        if memory:
+            self._memory_imager(source, "snapshotted with its memory")
+        if source.user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before snapshotting it")
         await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
 
@@ -349,7 +347,9 @@ class Activator:
             if record.state is SandboxState.SNAPSHOTTED:  # the idle policy snapshotted it again meanwhile
                 raise SandboxConflict(f"sandbox {sandbox_id} was paused meanwhile: try again")
             template = self.catalog.templates[record.template]
-            return await self.template_builds.snapshot(owner, name, tag, sandbox_id, template, self._templates_in_use)
+            kept = MemoryOf(access_token=record.access_token) if memory else None
+            builds = self.template_builds
+            return await builds.snapshot(owner, name, tag, sandbox_id, template, self._templates_in_use, memory=kept)
 
         return await self._machine.holding(sandbox_id, take)
 
@@ -360,21 +360,15 @@ class Activator:
         while the image is taken, then runs on, its id and deadline untouched); each fork's outcome on its own.
 
         A fork has the source's template, metadata, env vars, rules and lifecycle, its own id and tokens, and
-        `lifetime` (its timeout in seconds; none: the source's). NotSupported where the runtime cannot fork, or
-        for a sandbox never snapshotted with its memory; SandboxConflict for a paused one (connect to it first)."""
-        forker = self._forker
-        refusal = "fork is not supported by this server's runtime (forks keep memory: the local runtime's, with CRIU)"
-        if forker is None or (refusal := forker.fork_refusal()):
-            raise NotSupported(refusal)
+        `lifetime` (its timeout in seconds; none: the source's). NotSupported where memory is never imaged
+        (`_memory_imager`); SandboxConflict for a paused sandbox (connect to it first)."""
+        source = self.get(owner, sandbox_id)
+        forker = self._memory_imager(source, "forked")
         if not 1 <= count <= MAX_FORKS:
             raise InvalidRequest(f"count must be between 1 and {MAX_FORKS}, not {count}")
-        source = self.get(owner, sandbox_id)
         seconds = self._ttl(source.timeout if lifetime is None else lifetime)
         if source.user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before forking it")
-        if self._machine.freeze_only(source):
-            what = "a sandbox with volumes" if source.volumes else f"a sandbox of template {source.alias!r}"
-            raise NotSupported(f"{what} is not forked: its memory is never imaged")
         await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
 
         async def take(record: SandboxRecord) -> ForkImage:
@@ -387,6 +381,18 @@ class Activator:
             return list(await asyncio.gather(*(self._start_fork(source, image, seconds) for _ in range(count))))
         finally:
             await forker.drop_fork_image(image)
+
+    def _memory_imager(self, source: SandboxRecord, done: str) -> Forker:
+        """The runtime's forker, which images `source`'s memory (to be `done` with it); NotSupported where the runtime
+        cannot, and for a sandbox with volumes or of a freeze-only template (their memory is never imaged)."""
+        forker = self._forker
+        refusal = f"a sandbox is {done} only where memory is imaged: the local runtime's, with CRIU"
+        if forker is None or (refusal := forker.fork_refusal()):
+            raise NotSupported(refusal)
+        if self._machine.freeze_only(source):
+            what = "a sandbox with volumes" if source.volumes else f"a sandbox of template {source.alias!r}"
+            raise NotSupported(f"{what} is not {done}: its memory is never imaged")
+        return forker
 
     async def _start_fork(
         self, source: SandboxRecord, image: ForkImage, lifetime: float

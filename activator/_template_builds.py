@@ -38,9 +38,19 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
     registry: RegistryLogin | None = None  # the base image's registry login, for its pull only (never stored)
 
 
+class MemoryOf(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot keeps the sandbox's memory: what that takes besides its id (its executor's token, which the
+    memory image's executor goes on holding)."""
+
+    access_token: str | None = msgspec.field(default=None)
+
+    def __repr__(self) -> str:
+        return "MemoryOf(access_token=...)"
+
+
 __all__ = [
     "MAX_CONCURRENT_BUILDS", "MAX_LOG_ENTRIES", "MAX_SNAPSHOTS_PER_KEY", "BuildFailure", "BuildNotFound", "BuildPlan",
-    "TemplateBuilds", "WarmBuilds",
+    "MemoryOf", "TemplateBuilds", "WarmBuilds",
 ]  # fmt: skip
 
 _log = logging.getLogger("activator")
@@ -163,12 +173,14 @@ class TemplateBuilds:
         return record, build
 
     async def snapshot(
-        self, owner: str, name: str, tag: str, sandbox_id: str, template: Template, in_use: InUse
-    ) -> TemplateRecord:
-        """A filesystem snapshot of `owner`'s running sandbox (started from `template`) as a template: a new one
-        named `name` ("": by its template ID), or a new build of `owner`'s snapshot of that name, tagged `tag`
-        (the files of the build the tag named before go, unless `in_use()` or another tag needs them). Nothing is
-        stored unless the files were taken (the caller keeps the sandbox from changing state meanwhile).
+        self, owner: str, name: str, tag: str, sandbox_id: str, template: Template, in_use: InUse,
+        *, memory: MemoryOf | None = None,
+    ) -> TemplateRecord:  # fmt: skip
+        """A snapshot of `owner`'s running sandbox (started from `template`) as a template: a new one named `name`
+        ("": by its template ID), or a new build of `owner`'s snapshot of that name, tagged `tag` (the files of
+        the build the tag named before go, unless `in_use()` or another tag needs them). Its files, or with
+        `memory` its memory and files (`TemplateBuilder.snapshot_memory`). Nothing is stored unless they were
+        taken (the caller keeps the sandbox from changing state meanwhile).
         """
         ledger = self._ready()
         assert self._builder is not None
@@ -183,14 +195,19 @@ class TemplateBuilds:
                 raise InvalidRequest(f"this key holds {held} snapshots, the most it may: delete some first")
             template_id = existing.template_id if existing else _template_id()
             build_id, now = str(uuid.uuid4()), self._clock()
+            key = build_key(template_id, build_id)
             try:
-                taken = await self._builder.snapshot_files(sandbox_id, template, build_key(template_id, build_id))
+                if memory is None:
+                    taken = await self._builder.snapshot_files(sandbox_id, template, key)
+                else:
+                    taken = await self._builder.snapshot_memory(sandbox_id, template, key, memory.access_token)
             except PoolError as exc:
                 raise ActivatorError(f"the snapshot of sandbox {sandbox_id} failed: {exc}") from exc
             done = self._clock()
+            kept = "files only" if memory is None else "memory and files"
             build = BuildRecord(
                 build_id=build_id, template_id=template_id, status="ready", created_at=now, finished_at=done,
-                template=taken, logs=(_entry(done, "info", f"snapshot of sandbox {sandbox_id} (files only)"),),
+                template=taken, logs=(_entry(done, "info", f"snapshot of sandbox {sandbox_id} ({kept})"),),
                 cpu_count=template.resources.cpu_count, memory_mb=template.resources.memory_mb,
             )  # fmt: skip
             # Read again: the template may have been deleted or retagged while the files were copied.
@@ -225,7 +242,9 @@ class TemplateBuilds:
         kept = {layer.id for t in [*in_use(), *self._catalog.tagged()] for layer in t.layers if _is_snapshot(layer)}
         for build in builds:
             own = build.template.layers[-1] if build.template else None
-            if build.template is not None and isinstance(own, SnapshotLayer) and own.id not in kept:
+            # A memory image is its snapshot's alone: a sandbox restored from it no longer needs it.
+            memory = build.template is not None and build.template.memory_image
+            if build.template is not None and (memory or (isinstance(own, SnapshotLayer) and own.id not in kept)):
                 try:
                     await self._builder.drop_snapshot_files(build.template)
                 except (OSError, PoolError) as exc:  # what refers to them is gone all the same; the files stay

@@ -177,9 +177,17 @@ class TemplateBuilder(Protocol):
         (the one it runs) with a `SnapshotLayer` of its writable layer on top. The sandbox is frozen only while
         its files are copied, and runs on as it was. SandboxGone when it does not run."""
 
+    async def snapshot_memory(
+        self, sandbox_id: str, template: Template, name: str, access_token: str | None
+    ) -> Template:
+        """A template `name` whose sandboxes go on from the running sandbox's memory and files as they are now:
+        `template` (the one it runs) naming a memory image of it (`Template.memory_image`), which `start` restores
+        into each as a fork. `access_token` is its executor's. The sandbox is frozen only while the image is
+        taken. SandboxGone when it does not run, RuntimeFailure when the dump fails."""
+
     async def drop_snapshot_files(self, template: Template) -> None:
-        """Delete the files of the `SnapshotLayer` on top of `template` (the one its snapshot took; those below are
-        other snapshots'): no sandbox or template may start over them again."""
+        """Delete the files its snapshot took: the `SnapshotLayer` on top of `template` (those below are other
+        snapshots'), or its memory image; no sandbox or template may start from them again."""
 
 
 class Forker(Protocol):

@@ -217,6 +217,9 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     # The kinds of MCP sandbox tools beyond the common ones (`activator._mcp`): "desktop" (screenshot, click, ...),
     # "browser" (navigate, evaluate, page_text, page_screenshot over the CDP port).
     mcp_tools: tuple[str, ...] = ()
+    # A snapshot with memory (`TemplateBuilder.snapshot_memory`): the runtime's key of the memory image its
+    # sandboxes are restored from, running on where the snapshotted one was; "": they start afresh.
+    memory_image: str = ""
 
 
 _DEFAULT = Template(

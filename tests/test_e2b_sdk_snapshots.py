@@ -1,7 +1,7 @@
 """E2B's snapshots with the real `e2b` SDK: `create_snapshot(mode="filesystem")` makes a template of a running
 sandbox's files (it runs on, its processes untouched), `Sandbox.create(<snapshot id>)` starts afresh over them,
-`list_snapshots` and `delete_snapshot` see only the key's own; no mode is the server's default (files, here), and
-`mode="full"` (memory) is refused with a message that names the mode that works."""
+`list_snapshots` and `delete_snapshot` see only the key's own; no mode is the server's default (files, here).
+Snapshots with memory (`mode="full"`): `test_e2b_sdk_memory_snapshots`."""
 
 from __future__ import annotations
 
@@ -65,12 +65,7 @@ def test_snapshots_are_listed_per_sandbox_and_deleted_like_templates(sbx: Sandbo
     assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
 
 
-def test_a_snapshot_with_memory_is_refused_naming_the_mode_that_works_and_no_mode_keeps_the_files(
-    sbx: Sandbox,
-) -> None:
-    with pytest.raises(SandboxException, match=r"501: .*mode='filesystem'"):
-        sbx.create_snapshot("with-memory", mode="full")
-    assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
+def test_no_mode_keeps_the_files(sbx: Sandbox) -> None:
     sbx.files.write(NOTE, "kept by the default mode")
     snapshot = sbx.create_snapshot("default-mode")
     copy = Sandbox.create(snapshot.snapshot_id)

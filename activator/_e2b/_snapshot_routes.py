@@ -1,9 +1,9 @@
 """E2B's snapshots (e2b-features.md §3): `create_snapshot`, `list_snapshots`; `delete_snapshot` is a template
 delete (`_template_routes`), and `Sandbox.create(<snapshot id>)` a create from the template it is.
 
-Only filesystem snapshots: `mode="filesystem"` (`memory: false`) and the API's default (no `memory`; E2B's is
-memory where it can be kept, here always files) make one; `mode="full"` (`memory: true`) is a 501 naming the mode
-that works (`Activator.create_snapshot`).
+`mode="full"` (`memory: true`) keeps the sandbox's memory and files (sandboxes created from it go on from there,
+as forks; 501 where memory is never imaged), `mode="filesystem"` (`memory: false`) and the API's default (no
+`memory`; E2B's is memory where it can be kept, here files) its files only (`Activator.create_snapshot`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ async def create_snapshot(
     owner: OwnerDep,
     data: JSONBody[_wire.SnapshotRequest | None] = None,
 ) -> _wire.SnapshotInfo:
-    """Snapshot the sandbox's files as a template (`name[:tag]`, or one named by its ID); it runs on. 501 for
-    `memory: true` (files are what a snapshot keeps here), 409 while it is paused."""
+    """Snapshot the sandbox's files (with `memory: true`, its memory too) as a template (`name[:tag]`, or one
+    named by its ID); it runs on. 501 for memory where it is never imaged, 409 while it is paused."""
     options = data or _wire.SnapshotRequest()
     name, tag = split_reference(options.name or "")
     if options.name is not None:

@@ -28,7 +28,9 @@ from pool._local._id_shift import shift_ids
 from pool._local._sandbox import Sandbox
 from pool._local._userns import host_id_base
 
-__all__ = ["ForkSource", "place_fork", "take_fork_image"]
+__all__ = ["ForkSource", "keep_memory_image", "kept_memory_image", "place_fork", "take_fork_image"]
+
+_SOURCE = "source.json"  # a kept image's `ForkSource`
 
 
 class ForkSource(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +41,8 @@ class ForkSource(msgspec.Struct, frozen=True, kw_only=True):
     start_pids: tuple[int, ...]
     seconds: float  # how long the source was frozen
     image_bytes: int
+    # The token the image's executor holds, for a kept image (a snapshot with memory); a fork's is its `ForkImage`'s.
+    access_token: str | None = None
 
 
 def take_fork_image(criu: CriuBinary, box: Sandbox, directory: Path) -> ForkSource:
@@ -72,6 +76,32 @@ def take_fork_image(criu: CriuBinary, box: Sandbox, directory: Path) -> ForkSour
         id_base=host_id_base(box.slot), layers=layers, start_pids=tuple(box.start_pids()), seconds=seconds,
         image_bytes=info.image_bytes,
     )  # fmt: skip
+
+
+def keep_memory_image(criu: CriuBinary, box: Sandbox, directory: Path, access_token: str | None) -> ForkSource:
+    """`take_fork_image` for a snapshot with memory, which outlives its source: its ids moved to the canonical range
+    (so that it is no sandbox's once the source's slot is reused) and its `ForkSource` written beside it, root's
+    alone (it holds the executor's token). On failure `directory` is removed (blocking)."""
+    source = take_fork_image(criu, box, directory)
+    try:
+        shift_ids(directory / "upper", source.id_base, 0)
+        move_user_namespace(directory / "checkpoint", source.id_base, 0)
+        kept = msgspec.structs.replace(source, id_base=0, access_token=access_token)
+        fd = os.open(directory / _SOURCE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(msgspec.json.encode(kept))
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return kept
+
+
+def kept_memory_image(directory: Path) -> ForkSource:
+    """The `ForkSource` of the image `keep_memory_image` kept in `directory`; RuntimeFailure when it is gone."""
+    try:
+        return msgspec.json.decode((directory / _SOURCE).read_bytes(), type=ForkSource)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise RuntimeFailure(f"the memory image {directory.name} is gone or unreadable: {exc}") from exc
 
 
 def place_fork(directory: Path, source: ForkSource, box: Sandbox) -> None:

@@ -29,7 +29,7 @@ from pool._local._census import foreign_processes
 from pool._local._core import LocalRuntimeSettings, LocalSandboxes, crash_reason, record_snapshot
 from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
-from pool._local._forks import ForkSource, place_fork, take_fork_image
+from pool._local._forks import ForkSource, keep_memory_image, kept_memory_image, place_fork, take_fork_image
 from pool._local._sandbox import Sandbox, load_sandbox
 from pool._local._snapshots import CriuSupport, drop_image, settle
 from pool._local._template_builder import LocalTemplateBuilder
@@ -65,6 +65,7 @@ class LocalRuntime(LocalSandboxes):
         self._fork_images = settings.data_dir / "fork-images"
         shutil.rmtree(self._fork_images, ignore_errors=True)
         self._fork_sources: dict[str, ForkSource] = {}
+        self._memory_images = settings.data_dir / "memory-images"  # snapshots with memory: kept until dropped
 
     async def build_template(
         self,
@@ -82,9 +83,31 @@ class LocalRuntime(LocalSandboxes):
         """`pool.TemplateBuilder`: a template over the running sandbox's files as they are now (`_template_builder`)."""
         return await self._builder.snapshot_files(sandbox_id, template, name)
 
+    async def snapshot_memory(
+        self, sandbox_id: str, template: Template, name: str, access_token: str | None
+    ) -> Template:
+        """`pool.TemplateBuilder`: a fork image of the running sandbox kept under `memory-images/` (`_forks`)."""
+        box = self._running(sandbox_id)
+        criu = await self._criu.binary()
+        if criu is None:
+            raise RuntimeFailure(self.fork_refusal())
+        key = secrets.token_hex(16)
+        self._memory_images.mkdir(mode=0o700, exist_ok=True)
+        directory = self._memory_images / key
+        kept = await self.workers.run(self.workers.snapshots, keep_memory_image, criu, box, directory, access_token)
+        _log.info(
+            "sandbox %s: memory image %s in %.0f ms, %d bytes", sandbox_id, key, kept.seconds * 1000, kept.image_bytes
+        )
+        return msgspec.structs.replace(template, name=name, memory_image=key)
+
     async def drop_snapshot_files(self, template: Template) -> None:
-        """`pool.TemplateBuilder`: the template's own snapshot layer leaves the image cache (`_template_builder`)."""
-        await self._builder.drop_snapshot_files(template)
+        """`pool.TemplateBuilder`: the template's memory image, or its own snapshot layer, goes."""
+        if template.memory_image:
+            await self.workers.run(
+                self.workers.snapshots, shutil.rmtree, self._memory_images / template.memory_image, True
+            )
+        else:
+            await self._builder.drop_snapshot_files(template)
 
     async def criu_trial(self) -> None:
         """Return once the CRIU trial (a thread started with the runtime) has finished."""
@@ -148,23 +171,37 @@ class LocalRuntime(LocalSandboxes):
         await self.workers.run(self.workers.snapshots, shutil.rmtree, self._fork_images / image.key, True)
 
     async def start(self, spec: SandboxSpec) -> None:
-        """A sandbox from its template, or, with `spec.fork`, a copy of that image restored into a slot of its own."""
-        if spec.fork is None:
-            await super().start(spec)
+        """A sandbox from its template; with `spec.fork`, a copy of that image restored into a slot of its own, and
+        from a snapshot with memory, a copy of its kept image the same way."""
+        if spec.fork is not None:
+            image = spec.fork
+            source = self._fork_sources.get(image.key)
+            if source is None:
+                raise RuntimeFailure(f"the image of sandbox {image.source_id} that {spec.sandbox_id} forks is gone")
+            await self._start_fork(spec, self._fork_images / image.key, source, image.access_token)
+        elif key := spec.template.memory_image:
+            directory = self._memory_images / key
+            source = await self.workers.run(self.workers.lifecycle, kept_memory_image, directory)
+            await self._start_fork(spec, directory, source, source.access_token)
         else:
-            await self._start_fork(spec, spec.fork)
+            await super().start(spec)
 
-    async def _start_fork(self, spec: SandboxSpec, image: ForkImage) -> None:
+    async def _start_fork(self, spec: SandboxSpec, directory: Path, source: ForkSource, token: str | None) -> None:
+        """Start `spec`'s sandbox as a copy of the image in `directory`, whose executor wants `token`."""
         if spec.sandbox_id in self._sandboxes or spec.sandbox_id in self._preparing:
             return
-        source, criu = self._fork_sources.get(image.key), await self._criu.binary()
-        if source is None or criu is None:
-            raise RuntimeFailure(f"the image of sandbox {image.source_id} that sandbox {spec.sandbox_id} forks is gone")
+        criu = await self._criu.binary()
+        if criu is None:
+            raise RuntimeFailure(f"sandbox {spec.sandbox_id} is a copy of a memory image: {self.fork_refusal()}")
         self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
         layers = [Path(layer) for layer in source.layers]
+        if gone := [layer.name for layer in layers if not layer.is_dir()]:
+            raise RuntimeFailure(
+                f"the image sandbox {spec.sandbox_id} is a copy of stands on layers that are gone: {gone}"
+            )
         box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
         try:
-            await self.workers.run(self.workers.lifecycle, place_fork, self._fork_images / image.key, source, box)
+            await self.workers.run(self.workers.lifecycle, place_fork, directory, source, box)
             box.cgroup.create(spec.template.resources)
             box.pid = await self.workers.run(
                 self.workers.snapshots, restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
@@ -174,7 +211,7 @@ class LocalRuntime(LocalSandboxes):
             await self.workers.run(self.workers.snapshots, drop_image, box.directory)
             await self._connect(box, spec.egress)
             connect = functools.partial(self.open_socket, spec.sandbox_id)
-            await post_init(await connect(ENVD_PORT), spec.init, image.access_token)  # the fork's token from now on
+            await post_init(await connect(ENVD_PORT), spec.init, token)  # the fork's own token from now on
             await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
             box.set_start_pids(list(source.start_pids))
         except BaseException:

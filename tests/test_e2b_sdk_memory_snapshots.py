@@ -1,0 +1,103 @@
+"""E2B's snapshots with memory with the real `e2b` SDK: `create_snapshot(mode="full")` keeps a running sandbox's
+memory and files, and every `Sandbox.create(<snapshot id>)` goes on from them (a counter's count, its server's
+pid), each on its own, also once the source is gone and after the server restarts; `delete_snapshot` removes the
+image. Needs CRIU (`require_criu`): nothing else is a snapshot with memory."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from e2b import Sandbox, SandboxException, Volume
+
+from tests.runtime_fixtures import require_criu
+from tests.server_fixtures import RunningServer, running_server
+from tests.test_e2b_sdk_fork import NOTE, _counter, _start_counter
+
+
+@pytest.fixture(autouse=True)
+def _criu() -> None:
+    require_criu()
+
+
+def _memory_images(server: RunningServer) -> list[str]:
+    images = server.data_dir / "memory-images"
+    return sorted(os.listdir(images)) if images.is_dir() else []
+
+
+def test_sandboxes_created_from_a_snapshot_with_memory_go_on_from_it(sbx: Sandbox, e2b_env: RunningServer) -> None:
+    _start_counter(sbx)
+    sbx.files.write(NOTE, "before the snapshot")
+    count, pid = _counter(sbx, e2b_env)
+    before = _memory_images(e2b_env)
+
+    snapshot = sbx.create_snapshot(f"mem-{uuid.uuid4().hex[:8]}", mode="full")
+
+    assert len(_memory_images(e2b_env)) == len(before) + 1
+    one, two = Sandbox.create(snapshot.snapshot_id), Sandbox.create(snapshot.snapshot_id)
+    try:
+        assert _counter(one, e2b_env) == (count + 1, pid)  # its memory is the snapshot's
+        assert _counter(one, e2b_env) == (count + 2, pid)
+        assert _counter(two, e2b_env) == (count + 1, pid)  # each counts on its own
+        assert _counter(sbx, e2b_env) == (count + 1, pid)  # and the source ran on
+        one.files.write(NOTE, "the first copy's")
+        assert two.files.read(NOTE) == "before the snapshot"
+        assert one.commands.run(f"stat -c %U {NOTE}; id -un").stdout.split() == ["user", "user"]
+        assert one._envd_access_token != sbx._envd_access_token
+        sbx.kill()
+        three = Sandbox.create(snapshot.snapshot_id)  # the source is gone: the image is the snapshot's own
+        assert _counter(three, e2b_env) == (count + 1, pid)
+        three.kill()
+    finally:
+        one.kill()
+        two.kill()
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id)
+    assert _memory_images(e2b_env) == before
+    with pytest.raises(SandboxException, match="404: template"):
+        Sandbox.create(snapshot.snapshot_id)
+
+
+def test_no_mode_keeps_the_files_only(sbx: Sandbox, e2b_env: RunningServer) -> None:
+    _start_counter(sbx)
+    before = _memory_images(e2b_env)
+    snapshot = sbx.create_snapshot()
+    copy = Sandbox.create(snapshot.snapshot_id)
+    try:
+        assert _memory_images(e2b_env) == before
+        assert copy.commands.run("pgrep -f 'counter[.]py' || echo none").stdout == "none\n"
+    finally:
+        copy.kill()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+
+def test_a_sandbox_with_a_volume_is_not_snapshotted_with_its_memory(e2b_env: RunningServer) -> None:
+    volume = Volume.create(f"mem-{uuid.uuid4().hex[:8]}")
+    sandbox = Sandbox.create(volume_mounts={"/mnt/data": volume})
+    try:
+        with pytest.raises(SandboxException, match="501: a sandbox with volumes is not snapshotted with its memory"):
+            sandbox.create_snapshot(mode="full")
+        assert Sandbox.delete_snapshot(sandbox.create_snapshot(mode="filesystem").snapshot_id)
+    finally:
+        sandbox.kill()
+        Volume.destroy(volume.volume_id)
+
+
+def test_a_snapshot_with_memory_outlives_a_server_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = tmp_path / "data"
+    with running_server(data_dir) as server:
+        for name, value in server.e2b_env().items():
+            monkeypatch.setenv(name, value)
+        source = Sandbox.create()
+        _start_counter(source)
+        count, pid = _counter(source, server)
+        snapshot = source.create_snapshot("kept-over-restart", mode="full")
+    with running_server(data_dir) as server:
+        for name, value in server.e2b_env().items():
+            monkeypatch.setenv(name, value)
+        copy = Sandbox.create(snapshot.snapshot_id)
+        try:
+            assert _counter(copy, server) == (count + 1, pid)
+        finally:
+            copy.kill()
