@@ -139,6 +139,7 @@ class Activator:
         self._warm = warm
         self._volumes = volumes
         self._forker = forker
+        self._on_halt = on_halt
         self._mounting: Counter[str] = Counter()  # volume id -> creates that mount it and are not live yet
         self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
@@ -347,7 +348,10 @@ class Activator:
             if record.state is SandboxState.SNAPSHOTTED:  # the idle policy snapshotted it again meanwhile
                 raise SandboxConflict(f"sandbox {sandbox_id} was paused meanwhile: try again")
             template = self.catalog.templates[record.template]
-            kept = MemoryOf(access_token=record.access_token) if memory else None
+            kept = None
+            if memory:
+                self._halt_connections(sandbox_id)
+                kept = MemoryOf(access_token=record.access_token)
             builds = self.template_builds
             return await builds.snapshot(owner, name, tag, sandbox_id, template, self._templates_in_use, memory=kept)
 
@@ -359,28 +363,42 @@ class Activator:
         """E2B's fork: `count` new sandboxes from one image of the running sandbox's memory and files (it is frozen
         while the image is taken, then runs on, its id and deadline untouched); each fork's outcome on its own.
 
-        A fork has the source's template, metadata, env vars, rules and lifecycle, its own id and tokens, and
-        `lifetime` (its timeout in seconds; none: the source's). NotSupported where memory is never imaged
-        (`_memory_imager`); SandboxConflict for a paused sandbox (connect to it first)."""
+        A fork has the source's template, metadata, env vars, rules and lifecycle as they were at the image, its
+        own id and tokens, and `lifetime` (its timeout in seconds; none: E2B's default for forks,
+        `default_timeout_v1`). NotSupported where memory is never imaged (`_memory_imager`); SandboxConflict for
+        a paused sandbox (connect to it first)."""
         source = self.get(owner, sandbox_id)
         forker = self._memory_imager(source, "forked")
         if not 1 <= count <= MAX_FORKS:
             raise InvalidRequest(f"count must be between 1 and {MAX_FORKS}, not {count}")
-        seconds = self._ttl(source.timeout if lifetime is None else lifetime)
+        seconds = self._ttl(self.settings.default_timeout_v1 if lifetime is None else lifetime)
         if source.user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before forking it")
         await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
 
-        async def take(record: SandboxRecord) -> ForkImage:
+        async def take(record: SandboxRecord) -> tuple[SandboxRecord, ForkImage]:
             if record.state is not SandboxState.RUNNING:  # the idle policy paused it again meanwhile
                 raise SandboxConflict(f"sandbox {sandbox_id} was paused meanwhile: try again")
-            return await runtime_call(f"fork sandbox {sandbox_id}", forker.fork_image(sandbox_id, record.access_token))
+            self._halt_connections(sandbox_id)
+            image = await runtime_call(f"fork sandbox {sandbox_id}", forker.fork_image(sandbox_id, record.access_token))
+            return record, image  # the record of the moment of the image: its rules are the ones its memory has
 
-        image = await self._machine.holding(sandbox_id, take)
+        at_image, image = await self._machine.holding(sandbox_id, take)
         try:
-            return list(await asyncio.gather(*(self._start_fork(source, image, seconds) for _ in range(count))))
+            starts = (self._start_fork(at_image, image, seconds) for _ in range(count))
+            outcomes = await asyncio.gather(*starts, return_exceptions=True)
         finally:
             await forker.drop_fork_image(image)
+        for outcome in outcomes:
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+        return [_fork_outcome(outcome) for outcome in outcomes]
+
+    def _halt_connections(self, sandbox_id: str) -> None:
+        """The gateway's idle connections into the sandbox go before its memory is imaged: in a copy they would be
+        established sockets to nowhere."""
+        if self._on_halt is not None:
+            self._on_halt(sandbox_id)
 
     def _memory_imager(self, source: SandboxRecord, done: str) -> Forker:
         """The runtime's forker, which images `source`'s memory (to be `done` with it); NotSupported where the runtime
@@ -630,3 +648,11 @@ def _owned_by(owner: str, sandbox_id: str, record: SandboxRecord | None) -> Sand
     if record is None or record.owner != owner:
         raise SandboxNotFound(f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it")
     return record
+
+
+def _fork_outcome(outcome: SandboxRecord | BaseException) -> SandboxRecord | ActivatorError:
+    """One fork's entry in the answer: an error of any kind is that fork's alone (the others started)."""
+    if isinstance(outcome, SandboxRecord | ActivatorError):
+        return outcome
+    _log.error("a fork failed to start", exc_info=outcome)
+    return ActivatorError(f"the fork failed to start: {outcome}")

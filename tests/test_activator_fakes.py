@@ -17,6 +17,7 @@ from activator import Activator, ActivatorSettings, CreateRequest, SqliteStore, 
 from pool import (
     CheckpointFailed,
     EgressRules,
+    Forker,
     PortClosed,
     Resources,
     RuntimeCapabilities,
@@ -179,12 +180,13 @@ def activator(
     clock: Clock,
     *templates: Template,
     on_halt: Callable[[str], None] | None = None,
+    forker: Forker | None = None,
     **settings: Any,
 ) -> Activator:
     """An `Activator` over `runtime` with the `base` template (or `templates`) and `settings`."""
     known = {t.name: t for t in templates or (template(),)}
     parsed = msgspec.convert(settings, ActivatorSettings)
-    return Activator(store, runtime, known, parsed, clock=clock, on_halt=on_halt)
+    return Activator(store, runtime, known, parsed, clock=clock, on_halt=on_halt, forker=forker)
 
 
 def request(**changes: Any) -> CreateRequest:

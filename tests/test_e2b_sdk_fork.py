@@ -41,7 +41,7 @@ def test_forks_go_on_from_the_sources_memory_and_files_each_on_its_own(sbx: Sand
     count, pid = _counter(sbx, e2b_env)
     source_end = sbx.get_info().end_at
 
-    forks = sbx.fork(count=2)
+    forks = sbx.fork(count=2, timeout=120)
 
     try:
         assert all(isinstance(fork, Sandbox) for fork in forks), forks
@@ -84,9 +84,11 @@ async def test_the_async_sdk_forks_too(e2b_env: RunningServer) -> None:
     source = await AsyncSandbox.create(timeout=120)
     try:
         await source.files.write(NOTE, "async")
-        (fork,) = await source.fork()
+        (fork,) = await source.fork()  # no timeout: E2B's default for forks, 15 s
         assert isinstance(fork, AsyncSandbox)
         try:
+            info = await fork.get_info()
+            assert abs((info.end_at - info.started_at).total_seconds() - 15) < 1
             assert await fork.files.read(NOTE) == "async"
         finally:
             await fork.kill()

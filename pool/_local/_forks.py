@@ -52,16 +52,16 @@ def take_fork_image(criu: CriuBinary, box: Sandbox, directory: Path) -> ForkSour
     try:
         was_frozen = box.cgroup.is_frozen()
         started = time.monotonic()
-        box.cgroup.freeze()
         try:
+            box.cgroup.freeze()
             info = checkpoint(
                 criu, sandbox_dir=directory, pid=box.pid, freezer=box.cgroup.freezer_path(), leave_running=True
             )
             upper = (box.directory / "upper").resolve()
             subprocess.run(["cp", "-a", "--", str(upper), str(directory / "upper")], check=True, capture_output=True)
         finally:
-            if not was_frozen:
-                with contextlib.suppress(OSError):  # its pid 1 died meanwhile: its cgroup is gone
+            if not was_frozen:  # also after a freeze that timed out: it may have frozen it all the same
+                with contextlib.suppress(OSError, RuntimeFailure):  # its pid 1 died meanwhile: its cgroup is gone
                     box.cgroup.thaw()
         seconds = time.monotonic() - started
         layers = tuple(str(layer) for layer in box.layers())
@@ -69,6 +69,9 @@ def take_fork_image(criu: CriuBinary, box: Sandbox, directory: Path) -> ForkSour
         shutil.rmtree(directory, ignore_errors=True)
         why = exc.stderr.decode(errors="replace").strip()
         raise RuntimeFailure(f"the files of sandbox {box.sandbox_id} could not be copied: {why}") from exc
+    except OSError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise RuntimeFailure(f"sandbox {box.sandbox_id} could not be imaged: {exc}") from exc
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise

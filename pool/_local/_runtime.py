@@ -10,13 +10,14 @@ pinned layers) and re-runs `/init`, the template's start commands and the sandbo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -66,6 +67,9 @@ class LocalRuntime(LocalSandboxes):
         shutil.rmtree(self._fork_images, ignore_errors=True)
         self._fork_sources: dict[str, ForkSource] = {}
         self._memory_images = settings.data_dir / "memory-images"  # snapshots with memory: kept until dropped
+        # Copies of images being made (a layer copy, an id walk, a restore each): at most two at once, so that forks
+        # leave the snapshots pool's other threads to resumes, and the lifecycle pool to creates and kills.
+        self._copying = asyncio.Semaphore(2)
 
     async def build_template(
         self,
@@ -94,7 +98,8 @@ class LocalRuntime(LocalSandboxes):
         key = secrets.token_hex(16)
         self._memory_images.mkdir(mode=0o700, exist_ok=True)
         directory = self._memory_images / key
-        kept = await self.workers.run(self.workers.snapshots, keep_memory_image, criu, box, directory, access_token)
+        keep = self.workers.run(self.workers.snapshots, keep_memory_image, criu, box, directory, access_token)
+        kept = await self._image_or_undo(keep, directory)
         _log.info(
             "sandbox %s: memory image %s in %.0f ms, %d bytes", sandbox_id, key, kept.seconds * 1000, kept.image_bytes
         )
@@ -157,13 +162,25 @@ class LocalRuntime(LocalSandboxes):
         if criu is None:
             raise RuntimeFailure(self.fork_refusal())
         key = secrets.token_hex(8)
-        source = await self.workers.run(self.workers.snapshots, take_fork_image, criu, box, self._fork_images / key)
-        self._fork_sources[key] = source
+        take = self.workers.run(self.workers.snapshots, take_fork_image, criu, box, self._fork_images / key)
+        source = self._fork_sources[key] = await self._image_or_undo(take, self._fork_images / key)
         _log.info("sandbox %s: fork image in %.0f ms, %d bytes", sandbox_id, source.seconds * 1000, source.image_bytes)
         return ForkImage(
             source_id=sandbox_id, key=key, access_token=access_token, seconds=source.seconds,
             image_bytes=source.image_bytes,
         )  # fmt: skip
+
+    async def _image_or_undo(self, taking: Awaitable[ForkSource], directory: Path) -> ForkSource:
+        """What the thread `taking` an image into `directory` returns; cancelled meanwhile, the image it goes on
+        to make is removed once it is made."""
+        work = asyncio.ensure_future(taking)
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await work
+            await self.workers.run(self.workers.snapshots, shutil.rmtree, directory, True)
+            raise
 
     async def drop_fork_image(self, image: ForkImage) -> None:
         """`pool.Forker`: the image goes; its forks have their own copies."""
@@ -201,12 +218,13 @@ class LocalRuntime(LocalSandboxes):
             )
         box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
         try:
-            await self.workers.run(self.workers.lifecycle, place_fork, directory, source, box)
-            box.cgroup.create(spec.template.resources)
-            box.pid = await self.workers.run(
-                self.workers.snapshots, restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
-                cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
-            )  # fmt: skip
+            async with self._copying:
+                await self.workers.run(self.workers.snapshots, place_fork, directory, source, box)
+                box.cgroup.create(spec.template.resources)
+                box.pid = await self.workers.run(
+                    self.workers.snapshots, restore, criu, sandbox_dir=box.directory, layers=layers,
+                    userns_slot=box.slot, cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
+                )  # fmt: skip
             self._adopt(box)
             await self.workers.run(self.workers.snapshots, drop_image, box.directory)
             await self._connect(box, spec.egress)
