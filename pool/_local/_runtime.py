@@ -67,9 +67,6 @@ class LocalRuntime(LocalSandboxes):
         shutil.rmtree(self._fork_images, ignore_errors=True)
         self._fork_sources: dict[str, ForkSource] = {}
         self._memory_images = settings.data_dir / "memory-images"  # snapshots with memory: kept until dropped
-        # Copies of images being made (a layer copy, an id walk, a restore each): at most two at once, so that forks
-        # leave the snapshots pool's other threads to resumes, and the lifecycle pool to creates and kills.
-        self._copying = asyncio.Semaphore(2)
 
     async def build_template(
         self,
@@ -218,13 +215,13 @@ class LocalRuntime(LocalSandboxes):
             )
         box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
         try:
-            async with self._copying:
-                await self.workers.run(self.workers.snapshots, place_fork, directory, source, box)
-                box.cgroup.create(spec.template.resources)
-                box.pid = await self.workers.run(
-                    self.workers.snapshots, restore, criu, sandbox_dir=box.directory, layers=layers,
-                    userns_slot=box.slot, cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
-                )  # fmt: skip
+            # On a pool of their own: forks hold up no other sandbox's create, kill or wake-up.
+            await self.workers.run(self.workers.copies, place_fork, directory, source, box)
+            box.cgroup.create(spec.template.resources)
+            box.pid = await self.workers.run(
+                self.workers.copies, restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
+                cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
+            )  # fmt: skip
             self._adopt(box)
             await self.workers.run(self.workers.snapshots, drop_image, box.directory)
             await self._connect(box, spec.egress)
