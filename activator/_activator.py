@@ -339,7 +339,7 @@ class Activator:
             raise NotSupported(self.template_builds.refusal)
         source = self.get(owner, sandbox_id)
         if memory:
-            self._memory_imager(source, "snapshotted with its memory")
+            await self._memory_imager(source, "snapshotted with its memory")
         if source.user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before snapshotting it")
         await self._opener.ensure_running(sandbox_id)  # an idle-paused one runs again (to its owner it never stopped)
@@ -368,7 +368,7 @@ class Activator:
         `default_timeout_v1`). NotSupported where memory is never imaged (`_memory_imager`); SandboxConflict for
         a paused sandbox (connect to it first)."""
         source = self.get(owner, sandbox_id)
-        forker = self._memory_imager(source, "forked")
+        forker = await self._memory_imager(source, "forked")
         if not 1 <= count <= MAX_FORKS:
             raise InvalidRequest(f"count must be between 1 and {MAX_FORKS}, not {count}")
         seconds = self._ttl(self.settings.default_timeout_v1 if lifetime is None else lifetime)
@@ -400,12 +400,12 @@ class Activator:
         if self._on_halt is not None:
             self._on_halt(sandbox_id)
 
-    def _memory_imager(self, source: SandboxRecord, done: str) -> Forker:
+    async def _memory_imager(self, source: SandboxRecord, done: str) -> Forker:
         """The runtime's forker, which images `source`'s memory (to be `done` with it); NotSupported where the runtime
         cannot, and for a sandbox with volumes or of a freeze-only template (their memory is never imaged)."""
         forker = self._forker
         refusal = f"a sandbox is {done} only where memory is imaged: the local runtime's, with CRIU"
-        if forker is None or (refusal := forker.fork_refusal()):
+        if forker is None or (refusal := await forker.fork_refusal()):
             raise NotSupported(refusal)
         if self._machine.freeze_only(source):
             what = "a sandbox with volumes" if source.volumes else f"a sandbox of template {source.alias!r}"

@@ -195,7 +195,7 @@ class Forker(Protocol):
     then each fork a `start` with `SandboxSpec.fork` naming it, restored into a sandbox of its own (its own id
     range, network namespace, cgroups and executor token)."""
 
-    def fork_refusal(self) -> str:
+    async def fork_refusal(self) -> str:
         """Why forks cannot be made here ("" when they can)."""
 
     async def fork_image(self, sandbox_id: str, access_token: str | None) -> ForkImage:

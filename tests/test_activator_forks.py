@@ -26,7 +26,7 @@ class ForkingRuntime(fakes.FakeRuntime):
         self.fork_starts = 0
         self.broken = broken
 
-    def fork_refusal(self) -> str:
+    async def fork_refusal(self) -> str:
         return ""
 
     async def fork_image(self, sandbox_id: str, access_token: str | None) -> ForkImage:

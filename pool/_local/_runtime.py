@@ -91,7 +91,7 @@ class LocalRuntime(LocalSandboxes):
         box = self._running(sandbox_id)
         criu = await self._criu.binary()
         if criu is None:
-            raise RuntimeFailure(self.fork_refusal())
+            raise RuntimeFailure(await self.fork_refusal())
         key = secrets.token_hex(16)
         self._memory_images.mkdir(mode=0o700, exist_ok=True)
         directory = self._memory_images / key
@@ -143,21 +143,18 @@ class LocalRuntime(LocalSandboxes):
 
         await self.build_template(template, lambda _layer, _level, line: log(line), files=no_uploads, within=3600)
 
-    def fork_refusal(self) -> str:
-        """`pool.Forker`: forks keep memory, so they need the CRIU that passed the start-up trial."""
-        status = self._criu.status_now()
-        if status is None:
-            return "the CRIU trial of this server is still running: fork again in a moment"
-        if status.available:
-            return ""
-        return f"a fork keeps the sandbox's memory, and CRIU does not work here: {status.reason}"
+    async def fork_refusal(self) -> str:
+        """`pool.Forker`: forks keep memory, so they need the CRIU that passed the start-up trial (awaited: it
+        takes a second at most, and a refusal meanwhile would read as for good)."""
+        status = await self._criu.status()
+        return "" if status.available else f"memory is imaged with CRIU, which does not work here: {status.reason}"
 
     async def fork_image(self, sandbox_id: str, access_token: str | None) -> ForkImage:
         """`pool.Forker`: CRIU's image of the running sandbox and a copy of its writable layer (`_forks`)."""
         box = self._running(sandbox_id)
         criu = await self._criu.binary()
         if criu is None:
-            raise RuntimeFailure(self.fork_refusal())
+            raise RuntimeFailure(await self.fork_refusal())
         key = secrets.token_hex(8)
         take = self.workers.run(self.workers.snapshots, take_fork_image, criu, box, self._fork_images / key)
         source = self._fork_sources[key] = await self._image_or_undo(take, self._fork_images / key)
@@ -206,7 +203,7 @@ class LocalRuntime(LocalSandboxes):
             return
         criu = await self._criu.binary()
         if criu is None:
-            raise RuntimeFailure(f"sandbox {spec.sandbox_id} is a copy of a memory image: {self.fork_refusal()}")
+            raise RuntimeFailure(f"sandbox {spec.sandbox_id} is a copy of a memory image: {await self.fork_refusal()}")
         self._egress.policy(spec.egress)  # rules that do not parse fail here, before anything starts
         layers = [Path(layer) for layer in source.layers]
         if gone := [layer.name for layer in layers if not layer.is_dir()]:
