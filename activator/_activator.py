@@ -172,6 +172,7 @@ class Activator:
         before serving."""
         await self.template_builds.load()
         await self._machine.recover()
+        await self.template_builds.forget_deleted(self._templates_in_use)
 
     async def start_coordination(self) -> None:
         """Hear of the other replicas' transitions (a no-op alone); call once before serving."""

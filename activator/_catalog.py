@@ -48,8 +48,10 @@ class TemplateCatalog:
         return name in self._names
 
     def put_built(self, record: TemplateRecord, builds: Iterable[BuildRecord] = ()) -> None:
-        """Add or replace a key's template, with the finished builds its sandboxes may start from."""
-        self._built[record.template_id] = record
+        """Add or replace a key's template, with the finished builds its sandboxes may start from (a deleted one's
+        builds only, for the sandboxes standing on them)."""
+        if not record.deleted:
+            self._built[record.template_id] = record
         for build in builds:
             if build.template is not None:
                 self.templates[build_key(record.template_id, build.build_id)] = build.template

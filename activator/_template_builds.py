@@ -108,6 +108,7 @@ class TemplateBuilds:
         self._clock = clock
         self._build_timeout = build_timeout
         self._builds: dict[str, BuildRecord] = {}  # build id -> record (finished ones too: status is read often)
+        self._deleted: dict[str, list[BuildRecord]] = {}  # template id -> builds of a deleted one sandboxes stand on
         self._running: dict[str, list[BuildLogEntry]] = {}  # build id -> its log so far
         self._pending_tags: dict[str, list[str]] = {}  # build id -> the tags it gets once ready
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_BUILDS)
@@ -133,6 +134,8 @@ class TemplateBuilds:
         if self._ledger is None:
             return
         for record, builds in await self._ledger.built_templates():
+            if record.deleted:
+                self._deleted[record.template_id] = builds
             for build in builds:
                 if build.status in ("waiting", "building"):
                     build = msgspec.structs.replace(
@@ -141,7 +144,20 @@ class TemplateBuilds:
                     await self._ledger.put_build(build)
                 self._builds[build.build_id] = build
             self._catalog.put_built(record, builds)
-            await self._sync_pools(record)
+            if not record.deleted:
+                await self._sync_pools(record)
+
+    async def forget_deleted(self, in_use: InUse) -> None:
+        """Remove the deleted templates no sandbox stands on any more, and the files of their snapshots (at a start
+        of the server, once its sandboxes are known)."""
+        standing = {template.name for template in in_use()}
+        for template_id, builds in list(self._deleted.items()):
+            keys = {build_key(template_id, build.build_id) for build in builds}
+            if keys & standing:
+                continue
+            await self._ready().delete_template(template_id)
+            del self._deleted[template_id]
+            await self._drop_files(builds, in_use)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -295,7 +311,12 @@ class TemplateBuilds:
         a snapshot's own files (the one copy of them) go unless a template `in_use()` or still tagged names them."""
         record = self.template(owner, reference)
         builds = [b for b in self._builds.values() if b.template_id == record.template_id]
-        await self._ready().delete_template(record.template_id)
+        keys = {build_key(record.template_id, build.build_id) for build in builds}
+        if keys & {template.name for template in in_use()}:
+            await self._ready().put_template(msgspec.structs.replace(record, tags={}, deleted=True))
+            self._deleted[record.template_id] = builds
+        else:
+            await self._ready().delete_template(record.template_id)
         self._catalog.remove_built(record.template_id)
         await self._sync_pools(msgspec.structs.replace(record, tags={}))
         if record.snapshot_of:

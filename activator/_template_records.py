@@ -49,6 +49,9 @@ class TemplateRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
     updated_at: float
     snapshot_of: str = ""  # a snapshot's (E2B `create_snapshot`): the sandbox its latest build was taken of
+    # Deleted while sandboxes stood on its builds: kept for them alone (a restart must still find what they
+    # start from again), named by no listing or create, until the first start of the server that none does.
+    deleted: bool = False
 
 
 class TemplateLedger(Protocol):

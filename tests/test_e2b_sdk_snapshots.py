@@ -5,11 +5,13 @@ Snapshots with memory (`mode="full"`): `test_e2b_sdk_memory_snapshots`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from e2b import Sandbox, SandboxException
 
 from tests.runtime_fixtures import IMAGE_CACHE
-from tests.server_fixtures import RunningServer
+from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 from tests.ui_fixtures import new_key, sdk_options
 
 NOTE = "/home/user/note.txt"
@@ -130,3 +132,35 @@ def test_paging_survives_the_deletion_of_the_snapshot_a_page_ended_with(sbx: San
             seen.append(snapshot.snapshot_id)
             assert Sandbox.delete_snapshot(snapshot.snapshot_id)
     assert seen == made
+
+
+def test_a_deleted_snapshot_stays_for_its_sandboxes_over_restarts_then_goes(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with running_server(data_dir) as first:
+        point_e2b_at(first, monkeypatch)
+        source = Sandbox.create()
+        source.files.write(NOTE, "in the snapshot")
+        before = _snapshot_layers()
+        snapshot = source.create_snapshot("tombstoned", mode="filesystem")
+        [layer] = _snapshot_layers() - before
+        child = Sandbox.create(snapshot.snapshot_id, timeout=600)
+        source.kill()
+        assert Sandbox.delete_snapshot(snapshot.snapshot_id)
+        first.stop()  # the child outlives the server
+        with running_server(data_dir) as second:
+            point_e2b_at(second, monkeypatch)
+            kept = Sandbox.connect(child.sandbox_id)
+            assert kept.pause()
+            kept = Sandbox.connect(child.sandbox_id)  # resumed from a template deleted before the restart
+            assert kept.files.read(NOTE) == "in the snapshot"
+            assert Sandbox.list_snapshots().next_items() == []
+            with pytest.raises(SandboxException, match="404: template 'tombstoned:default' not found"):
+                Sandbox.create(snapshot.snapshot_id)
+            assert layer in _snapshot_layers()
+            kept.kill()
+            second.stop()
+            with running_server(data_dir) as third:
+                point_e2b_at(third, monkeypatch)
+                assert layer not in _snapshot_layers()  # no sandbox stands on it: it went at the start
+                assert Sandbox.list_snapshots().next_items() == []
