@@ -328,18 +328,21 @@ class Activator:
         return await self._idempotency.once(owner, key, request, create)
 
     async def create_snapshot(
-        self, owner: str, sandbox_id: str, name: str, tag: str, *, memory: bool
+        self, owner: str, sandbox_id: str, name: str, tag: str, *, memory: bool | None
     ) -> TemplateRecord:
         """E2B's create_snapshot: the sandbox's files, or with `memory` (E2B's mode "full") its memory and files, as
         the build `tag` of a template (`name`, or "" for one named by its ID), which sandboxes are then created
         from; the sandbox is frozen only while they are taken. A sandbox created from a snapshot with memory goes
-        on from it as a fork would. NotSupported for memory where forks are (`_memory_imager`); a user-paused
-        sandbox is SandboxConflict: connect to it first.
+        on from it as a fork would. `memory` None is E2B's default: memory where it can be imaged, files
+        otherwise. NotSupported for memory where it cannot (`_memory_imager`); a user-paused sandbox is
+        SandboxConflict: connect to it first.
         """
         if self.template_builds.refusal:
             raise NotSupported(self.template_builds.refusal)
         source = self.get(owner, sandbox_id)
-        if memory:
+        if memory is None:
+            memory = await self._images_memory(source)
+        elif memory:
             await self._memory_imager(source, "snapshotted with its memory")
         if source.user_paused:
             raise SandboxConflict(f"sandbox {sandbox_id} is paused: connect to it before snapshotting it")
@@ -400,6 +403,14 @@ class Activator:
         established sockets to nowhere."""
         if self._on_halt is not None:
             self._on_halt(sandbox_id)
+
+    async def _images_memory(self, source: SandboxRecord) -> bool:
+        """Whether `source`'s memory can be imaged (`_memory_imager` would not refuse)."""
+        try:
+            await self._memory_imager(source, "imaged")
+        except NotSupported:
+            return False
+        return True
 
     async def _memory_imager(self, source: SandboxRecord, done: str) -> Forker:
         """The runtime's forker, which images `source`'s memory (to be `done` with it); NotSupported where the runtime

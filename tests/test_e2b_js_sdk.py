@@ -156,7 +156,7 @@ def test_js_sdk_creates_runs_writes_reads_lists_and_kills(server: RunningServer)
 
 
 def test_js_sdk_snapshots_a_sandbox_starts_another_from_it_lists_and_deletes_it(server: RunningServer) -> None:
-    """e2b 2.45's `createSnapshot` sends no mode: the server's default, which keeps the files."""
+    """e2b 2.45's `createSnapshot` sends no mode: E2B's default, memory where it can be imaged (files otherwise)."""
     out = _node(server, _SNAPSHOT_SCRIPT)
     snapshot = {"snapshotId": "js-snap:default", "names": ["js-snap:default"]}
     assert (out["snapshot"], out["listed"], out["content"]) == (snapshot, [snapshot], "before the snapshot")

@@ -1,7 +1,8 @@
 """E2B's snapshots with memory with the real `e2b` SDK: `create_snapshot(mode="full")` keeps a running sandbox's
 memory and files, and every `Sandbox.create(<snapshot id>)` goes on from them (a counter's count, its server's
 pid), each on its own, also once the source is gone and after the server restarts; `delete_snapshot` removes the
-image. Needs CRIU (`require_criu`): nothing else is a snapshot with memory."""
+image. No mode is E2B's default: memory where it can be imaged. Needs CRIU (`require_criu`): nothing else is a
+snapshot with memory."""
 
 from __future__ import annotations
 
@@ -59,17 +60,24 @@ def test_sandboxes_created_from_a_snapshot_with_memory_go_on_from_it(sbx: Sandbo
         Sandbox.create(snapshot.snapshot_id)
 
 
-def test_no_mode_keeps_the_files_only(sbx: Sandbox, e2b_env: RunningServer) -> None:
+def test_no_mode_keeps_the_memory_as_e2b_does_and_filesystem_the_files_only(
+    sbx: Sandbox, e2b_env: RunningServer
+) -> None:
     _start_counter(sbx)
+    count, pid = _counter(sbx, e2b_env)
     before = _memory_images(e2b_env)
-    snapshot = sbx.create_snapshot()
-    copy = Sandbox.create(snapshot.snapshot_id)
+    default, files = sbx.create_snapshot(), sbx.create_snapshot(mode="filesystem")
+    assert len(_memory_images(e2b_env)) == len(before) + 1
+    with_memory, files_only = Sandbox.create(default.snapshot_id), Sandbox.create(files.snapshot_id)
     try:
-        assert _memory_images(e2b_env) == before
-        assert copy.commands.run("pgrep -f 'counter[.]py' || echo none").stdout == "none\n"
+        assert _counter(with_memory, e2b_env) == (count + 1, pid)
+        assert files_only.commands.run("pgrep -f 'counter[.]py' || echo none").stdout == "none\n"
     finally:
-        copy.kill()
-        Sandbox.delete_snapshot(snapshot.snapshot_id)
+        with_memory.kill()
+        files_only.kill()
+        Sandbox.delete_snapshot(default.snapshot_id)
+        Sandbox.delete_snapshot(files.snapshot_id)
+    assert _memory_images(e2b_env) == before
 
 
 def test_a_sandbox_with_a_volume_is_not_snapshotted_with_its_memory(e2b_env: RunningServer) -> None:
@@ -78,7 +86,9 @@ def test_a_sandbox_with_a_volume_is_not_snapshotted_with_its_memory(e2b_env: Run
     try:
         with pytest.raises(SandboxException, match="501: a sandbox with volumes is not snapshotted with its memory"):
             sandbox.create_snapshot(mode="full")
-        assert Sandbox.delete_snapshot(sandbox.create_snapshot(mode="filesystem").snapshot_id)
+        before = _memory_images(e2b_env)
+        assert Sandbox.delete_snapshot(sandbox.create_snapshot().snapshot_id)  # no mode: files, as memory cannot be
+        assert _memory_images(e2b_env) == before
     finally:
         sandbox.kill()
         Volume.destroy(volume.volume_id)

@@ -1,7 +1,7 @@
 """E2B's snapshots with the real `e2b` SDK: `create_snapshot(mode="filesystem")` makes a template of a running
 sandbox's files (it runs on, its processes untouched), `Sandbox.create(<snapshot id>)` starts afresh over them,
-`list_snapshots` and `delete_snapshot` see only the key's own; no mode is the server's default (files, here).
-Snapshots with memory (`mode="full"`): `test_e2b_sdk_memory_snapshots`."""
+`list_snapshots` and `delete_snapshot` see only the key's own. Snapshots with memory (`mode="full"`, and no mode,
+E2B's default): `test_e2b_sdk_memory_snapshots`."""
 
 from __future__ import annotations
 
@@ -65,17 +65,6 @@ def test_snapshots_are_listed_per_sandbox_and_deleted_like_templates(sbx: Sandbo
     with pytest.raises(SandboxException, match="404: template 'listed-snap:default' not found"):
         Sandbox.create(named.snapshot_id)
     assert Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items() == []
-
-
-def test_no_mode_keeps_the_files(sbx: Sandbox) -> None:
-    sbx.files.write(NOTE, "kept by the default mode")
-    snapshot = sbx.create_snapshot("default-mode")
-    copy = Sandbox.create(snapshot.snapshot_id)
-    try:
-        assert copy.files.read(NOTE) == "kept by the default mode"
-    finally:
-        copy.kill()
-        Sandbox.delete_snapshot(snapshot.snapshot_id)
 
 
 def test_a_paused_sandbox_must_be_connected_before_its_snapshot(sbx: Sandbox) -> None:

@@ -2,8 +2,9 @@
 delete (`_template_routes`), and `Sandbox.create(<snapshot id>)` a create from the template it is.
 
 `mode="full"` (`memory: true`) keeps the sandbox's memory and files (sandboxes created from it go on from there,
-as forks; 501 where memory is never imaged), `mode="filesystem"` (`memory: false`) and the API's default (no
-`memory`; E2B's is memory where it can be kept, here files) its files only (`Activator.create_snapshot`).
+as forks; 501 where memory is never imaged), `mode="filesystem"` (`memory: false`) its files only, and the API's
+default (no `memory`, as the JS SDK 2.45 sends) is E2B's: memory where it can be imaged, files otherwise
+(`Activator.create_snapshot`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ async def create_snapshot(
     name, tag = split_reference(options.name or "")
     if options.name is not None:
         _convert.check_template_name(name)
-    record = await activator.create_snapshot(owner, sandbox_id, name, tag or DEFAULT_TAG, memory=bool(options.memory))
+    record = await activator.create_snapshot(owner, sandbox_id, name, tag or DEFAULT_TAG, memory=options.memory)
     return _snapshot_info(record, tag or DEFAULT_TAG)
 
 
