@@ -205,6 +205,10 @@ class Activator:
         if not request.volume_mounts:
             async with self._quota.admit(record):  # QuotaExceeded (429) past the key's limits, before anything starts
                 return await self._start(record)
+        if template.memory_image:  # the restored processes never saw the mounts; CRIU would not make them
+            raise NotSupported(
+                "a sandbox created from a snapshot with memory mounts no volumes: snapshot with mode='filesystem'"
+            )
         store = self._volume_store()
         mounts = await volume_call(resolve_mounts, store, owner, request.volume_mounts)
         record = msgspec.structs.replace(record, volumes=mounts)

@@ -234,8 +234,13 @@ class TemplateBuilds:
             record = msgspec.structs.replace(
                 record, tags={**record.tags, tag: build_id}, updated_at=done, snapshot_of=sandbox_id
             )
-            await ledger.put_template(record)
-            await ledger.put_build(build)
+            try:
+                await ledger.put_template(record)
+                await ledger.put_build(build)
+            except BaseException:  # what was taken is nobody's: it must not stay on the disk
+                with contextlib.suppress(Exception):
+                    await self._builder.drop_snapshot_files(taken)
+                raise
             self._builds[build_id] = build
             self._catalog.put_built(record, [build])
             await self._sync_pools(record)

@@ -10,6 +10,7 @@ import os
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from e2b import Sandbox, SandboxException, Volume
 
@@ -111,3 +112,47 @@ def test_a_snapshot_with_memory_outlives_a_server_restart(tmp_path: Path, monkey
             assert _counter(copy, server) == (count + 1, pid)
         finally:
             copy.kill()
+
+
+def test_what_is_made_from_a_copy_is_its_own(sbx: Sandbox, e2b_env: RunningServer) -> None:
+    """A files-only snapshot of a sandbox restored from a memory snapshot is files only (and its deletion leaves
+    the memory snapshot whole); an insecure create from a secure sandbox's snapshot has no token; volumes are
+    refused."""
+    _start_counter(sbx)
+    count, pid = _counter(sbx, e2b_env)
+    memory = sbx.create_snapshot(mode="full")
+    insecure = httpx.post(
+        f"{e2b_env.url}/v2/sandboxes",
+        json={"templateID": memory.snapshot_id, "secure": False},
+        headers={"X-API-Key": e2b_env.api_key},
+    )  # the SDK always asks for a secure one
+    assert insecure.status_code == 201, insecure.text
+    tokenless = Sandbox.connect(insecure.json()["sandboxID"])
+    try:
+        assert tokenless._envd_access_token is None
+        assert tokenless.commands.run("echo no token").stdout == "no token\n"  # the source's token was taken away
+    finally:
+        tokenless.kill()
+    copy = Sandbox.create(memory.snapshot_id)
+    try:
+        copy.files.write(NOTE, "the copy's")
+        files = copy.create_snapshot(mode="filesystem")
+        fresh = Sandbox.create(files.snapshot_id)
+        try:
+            assert fresh.files.read(NOTE) == "the copy's"
+            assert fresh.commands.run("pgrep -f 'counter[.]py' || echo none").stdout == "none\n"
+        finally:
+            fresh.kill()
+        assert Sandbox.delete_snapshot(files.snapshot_id)
+        again = Sandbox.create(memory.snapshot_id)
+        assert _counter(again, e2b_env) == (count + 1, pid)  # the memory image is whole
+        again.kill()
+        volume = Volume.create(f"mem-{uuid.uuid4().hex[:8]}")
+        try:
+            with pytest.raises(SandboxException, match="501: a sandbox created from a snapshot with memory mounts"):
+                Sandbox.create(memory.snapshot_id, volume_mounts={"/mnt/data": volume})
+        finally:
+            Volume.destroy(volume.volume_id)
+    finally:
+        copy.kill()
+        Sandbox.delete_snapshot(memory.snapshot_id)

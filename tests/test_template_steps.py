@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from activator import InvalidRequest
-from activator._e2b._template_steps import BuildStart, plan_build
+from activator._e2b._template_steps import BaseRefused, BuildStart, plan_build
 from pool import SANDBOX_PATH, DebootstrapLayer, Resources, RunLayer, Template
 
 _BASE = Template(
@@ -62,3 +62,10 @@ def test_each_layer_is_labelled_with_the_sdk_step_it_comes_from() -> None:
 def test_a_malformed_step_is_a_400_naming_its_number(step: dict[str, object]) -> None:
     with pytest.raises(InvalidRequest, match=r"^step 1: "):
         _plan([step])
+
+
+def test_a_snapshot_with_memory_is_refused_as_a_base() -> None:
+    start = msgspec.convert({"fromTemplate": "mem-snap", "steps": []}, BuildStart)
+    snapshot = msgspec.structs.replace(_BASE, memory_image="0123")
+    with pytest.raises(BaseRefused, match="'mem-snap' is a snapshot with memory: build from a snapshot taken with"):
+        plan_build(start, name="t", build_id="b", resources=Resources(), resolve=lambda _: snapshot)

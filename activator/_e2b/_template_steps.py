@@ -146,9 +146,15 @@ def _base(
         return (*_pulled(body.from_image or ""), login)
     if body.from_template is not None:
         try:
-            return resolve(body.from_template), (f"base: template {body.from_template!r}",), None
+            base = resolve(body.from_template)
         except ActivatorError as exc:
             raise BaseRefused(str(exc)) from exc
+        if base.memory_image:  # its files are in the memory image, not in layers a build could stand on
+            raise BaseRefused(
+                f"template {body.from_template!r} is a snapshot with memory: build from a snapshot taken with "
+                "mode='filesystem'"
+            )
+        return base, (f"base: template {body.from_template!r}",), None
     return (*_built_in(body.from_image or "e2bdev/base", resolve), None)
 
 

@@ -17,6 +17,7 @@ import logging
 import secrets
 import shutil
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -49,6 +50,8 @@ from pool._templates import Template, has_sandboxed_layers
 
 __all__ = ["LocalRuntime", "LocalRuntimeSettings"]
 
+_PARTIAL = ".partial-"  # a memory image being taken
+
 _log = logging.getLogger("pool.local")
 
 
@@ -67,6 +70,10 @@ class LocalRuntime(LocalSandboxes):
         shutil.rmtree(self._fork_images, ignore_errors=True)
         self._fork_sources: dict[str, ForkSource] = {}
         self._memory_images = settings.data_dir / "memory-images"  # snapshots with memory: kept until dropped
+        for partial in self._memory_images.glob(f"{_PARTIAL}*"):  # a crash's, while one was taken
+            shutil.rmtree(partial, ignore_errors=True)
+        self._image_users: Counter[str] = Counter()  # memory image -> creates copying it now
+        self._doomed: set[str] = set()  # memory images dropped while copied: removed once the last copy is made
 
     async def build_template(
         self,
@@ -92,11 +99,14 @@ class LocalRuntime(LocalSandboxes):
         criu = await self._criu.binary()
         if criu is None:
             raise RuntimeFailure(await self.fork_refusal())
+        await self._builder.pin_generation(sandbox_id, template, name, box.layers())
         key = secrets.token_hex(16)
         self._memory_images.mkdir(mode=0o700, exist_ok=True)
-        directory = self._memory_images / key
-        keep = self.workers.run(self.workers.snapshots, keep_memory_image, criu, box, directory, access_token)
-        kept = await self._image_or_undo(keep, directory)
+        self._memory_images.chmod(0o700)  # also when an older server made it with the umask's mode
+        partial = self._memory_images / f"{_PARTIAL}{key}"  # a crash leaves no image that looks whole
+        keep = self.workers.run(self.workers.snapshots, keep_memory_image, criu, box, partial, access_token)
+        kept = await self._image_or_undo(keep, partial)
+        partial.rename(self._memory_images / key)
         _log.info(
             "sandbox %s: memory image %s in %.0f ms, %d bytes", sandbox_id, key, kept.seconds * 1000, kept.image_bytes
         )
@@ -104,10 +114,11 @@ class LocalRuntime(LocalSandboxes):
 
     async def drop_snapshot_files(self, template: Template) -> None:
         """`pool.TemplateBuilder`: the template's memory image, or its own snapshot layer, goes."""
-        if template.memory_image:
-            await self.workers.run(
-                self.workers.snapshots, shutil.rmtree, self._memory_images / template.memory_image, True
-            )
+        if key := template.memory_image:
+            if self._image_users[key]:
+                self._doomed.add(key)
+            else:
+                await self._remove_memory_image(key)
         else:
             await self._builder.drop_snapshot_files(template)
 
@@ -191,11 +202,27 @@ class LocalRuntime(LocalSandboxes):
                 raise RuntimeFailure(f"the image of sandbox {image.source_id} that {spec.sandbox_id} forks is gone")
             await self._start_fork(spec, self._fork_images / image.key, source, image.access_token)
         elif key := spec.template.memory_image:
+            if key in self._doomed:
+                raise RuntimeFailure(
+                    f"the snapshot {spec.template.name} that sandbox {spec.sandbox_id} is from is deleted"
+                )
             directory = self._memory_images / key
-            source = await self.workers.run(self.workers.lifecycle, kept_memory_image, directory)
-            await self._start_fork(spec, directory, source, source.access_token)
+            self._image_users[key] += 1
+            try:
+                source = await self.workers.run(self.workers.lifecycle, kept_memory_image, directory)
+                await self._start_fork(spec, directory, source, source.access_token)
+            finally:
+                self._image_users[key] -= 1
+                if not self._image_users[key]:
+                    del self._image_users[key]
+                    if key in self._doomed:
+                        self._doomed.discard(key)
+                        await self._remove_memory_image(key)
         else:
             await super().start(spec)
+
+    async def _remove_memory_image(self, key: str) -> None:
+        await self.workers.run(self.workers.snapshots, shutil.rmtree, self._memory_images / key, True)
 
     async def _start_fork(self, spec: SandboxSpec, directory: Path, source: ForkSource, token: str | None) -> None:
         """Start `spec`'s sandbox as a copy of the image in `directory`, whose executor wants `token`."""
@@ -223,7 +250,9 @@ class LocalRuntime(LocalSandboxes):
             await self.workers.run(self.workers.snapshots, drop_image, box.directory)
             await self._connect(box, spec.egress)
             connect = functools.partial(self.open_socket, spec.sandbox_id)
-            await post_init(await connect(ENVD_PORT), spec.init, token)  # the fork's own token from now on
+            # The copy's own token from now on; "" takes the image's away from one that is to have none.
+            init = msgspec.structs.replace(spec.init, access_token=spec.init.access_token or "")
+            await post_init(await connect(ENVD_PORT), init, token)
             await wait_for_ports(connect, spec.template, within=self._settings.ports_timeout)
             box.set_start_pids(list(source.start_pids))
         except BaseException:

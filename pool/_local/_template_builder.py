@@ -120,31 +120,36 @@ class LocalTemplateBuilder:
         `SnapshotLayer` on top of `template`'s layers, in the image cache like any layer. The layers below are
         the ones the sandbox stands on: those of `template` at the refresh generation it was started at."""
         sandboxes, images, pool = self._sandboxes, self._sandboxes.images, self._sandboxes.workers.snapshots
-        snapshot = msgspec.structs.replace(
-            template, name=name, layers=(*template.layers, SnapshotLayer(id=uuid.uuid4().hex))
+        snapshot = msgspec.structs.replace(  # a sandbox restored from a memory image: its files start afresh here
+            template, name=name, layers=(*template.layers, SnapshotLayer(id=uuid.uuid4().hex)), memory_image=""
         )
         scratch = images.scratch()
         try:
             upper = scratch / "upper"
             id_base, pinned = await sandboxes.workers.run(pool, sandboxes.copy_writable_layer, sandbox_id, upper)
-            stood_on = {layer.name for layer in pinned}
-            generation = next(
-                (g for g in range(images.generation(template.name), -1, -1)
-                 if all(key in stood_on for key, _ in images.plan(template, generation=g)[:-1])),
-                None,
-            )  # fmt: skip
-            if generation is None:
-                raise RuntimeFailure(
-                    f"sandbox {sandbox_id} stands on layers its template {template.name!r} no longer has"
-                )
-            if generation:  # under the cache's lock, which a build elsewhere may hold for minutes: not on the loop
-                await sandboxes.workers.run(pool, images.record_refresh, {name: generation})
+            await self.pin_generation(sandbox_id, template, name, pinned)
             key, _ = images.plan(snapshot)[-2]  # the executor layer is the last
             await sandboxes.workers.run(pool, images.commit, key, upper, id_base)
             await sandboxes.workers.run(pool, images.build, snapshot, lambda _line: None)  # its executor layer
         finally:
             await sandboxes.workers.run(pool, shutil.rmtree, scratch, True)
         return snapshot
+
+    async def pin_generation(self, sandbox_id: str, template: Template, name: str, pinned: list[Path]) -> None:
+        """Record that the snapshot `name` of the sandbox (started from `template`, standing on the layers
+        `pinned`) stands on `template`'s layers of the refresh generation the sandbox was started at, so that
+        its own sandboxes and snapshots find them."""
+        sandboxes, images = self._sandboxes, self._sandboxes.images
+        stood_on = {layer.name for layer in pinned}
+        generation = next(
+            (g for g in range(images.generation(template.name), -1, -1)
+             if all(key in stood_on for key, _ in images.plan(template, generation=g)[:-1])),
+            None,
+        )  # fmt: skip
+        if generation is None:
+            raise RuntimeFailure(f"sandbox {sandbox_id} stands on layers its template {template.name!r} no longer has")
+        if generation:  # under the cache's lock, which a build elsewhere may hold for minutes: not on the loop
+            await sandboxes.workers.run(sandboxes.workers.snapshots, images.record_refresh, {name: generation})
 
     async def drop_snapshot_files(self, template: Template) -> None:
         """`pool.TemplateBuilder`: the directory of the template's own snapshot layer goes from the image cache."""
@@ -250,7 +255,7 @@ def _build_sandbox_template(template: Template, index: int) -> Template:
     It keeps the template's name, which its layers' keys depend on (`ImageStore.generation`)."""
     return msgspec.structs.replace(
         template, layers=template.layers[:index], start=(), ports=(), ready="", env={}, user="root", workdir="/",
-        warm=0,
+        warm=0, memory_image="",
     )  # fmt: skip
 
 
