@@ -26,6 +26,7 @@ from e2b.exceptions import BuildException, SandboxException
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.polling import wait_for
+from tests.runtime_fixtures import require_criu
 from tests.server_fixtures import RunningServer, point_e2b_at, server_in_temp_dir
 from tests.ui_fixtures import new_key, sign_in
 
@@ -257,3 +258,37 @@ def test_what_a_build_cannot_honour_or_read_is_a_400(e2b_env: RunningServer) -> 
     assert httpx.get(status, headers=headers, params={"level": "loud"}).status_code == 400
     assert httpx.get(status, headers=headers, params={"level": "warn"}).json()["status"] == "waiting"
     httpx.delete(f"{e2b_env.url}/templates/{ids['templateID']}", headers=headers)
+
+
+def _pooled_templates(server: RunningServer) -> set[str]:
+    metrics = httpx.get(f"{server.url}/metrics", headers={"X-API-Key": server.api_key}).text
+    return {
+        sample.labels["template"]
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "agent_sandbox_warm_pool_target" and sample.value > 0
+    }
+
+
+def test_with_warm_builds_a_snapshot_with_memory_keeps_a_ready_copy_and_a_create_claims_it(
+    warm_builds_server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_criu()
+    point_e2b_at(warm_builds_server, monkeypatch)
+    source = Sandbox.create()
+    before = _pooled_templates(warm_builds_server)
+    try:
+        source.commands.run("sleep 4242", background=True)
+        snapshot = source.create_snapshot(f"warm-mem-{uuid.uuid4().hex[:8]}", mode="full")
+        wait_for(lambda: len(_pooled_templates(warm_builds_server) - before) == 1, what="the snapshot's pool")
+        [pooled] = _pooled_templates(warm_builds_server) - before
+        wait_for(lambda: _pool_figure(warm_builds_server, "ready", pooled) == 1, what="the snapshot's ready copy")
+        copy = Sandbox.create(snapshot.snapshot_id)
+        try:
+            assert _pool_figure(warm_builds_server, "claims_total", pooled) == 1
+            assert copy.commands.run("pgrep -fx 'sleep 4242' > /dev/null && echo copied").stdout == "copied\n"
+        finally:
+            copy.kill()
+        assert Sandbox.delete_snapshot(snapshot.snapshot_id)
+    finally:
+        source.kill()
