@@ -6,10 +6,11 @@ import re
 import time
 
 import httpx
+from e2b import Sandbox
 
 from tests.server_fixtures import RunningServer
 
-__all__ = ["timed_creates"]
+__all__ = ["sdk_creates", "timed_creates"]
 
 
 def _pool_ready(client: httpx.Client, pool: str) -> bool:
@@ -33,3 +34,15 @@ def timed_creates(server: RunningServer, reference: str, runs: int, *, pool: str
             times.append((time.perf_counter() - began) * 1000)
             client.delete(f"/sandboxes/{created.json()['sandboxID']}")
     return times[1:]
+
+
+def sdk_creates(runs: int) -> list[float]:
+    """Milliseconds of `runs` creates of `base` with the E2B SDK (the server its environment names), each sandbox
+    killed after: the baseline of benchmarks that time the SDK's own calls."""
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        sandbox = Sandbox.create()
+        times.append((time.perf_counter() - began) * 1000)
+        sandbox.kill()
+    return times

@@ -5,7 +5,7 @@
 For each size, a sandbox holding that many MiB of new files (random, so nothing compresses) is snapshotted
 --runs times; printed: how long `create_snapshot` takes (the sandbox is frozen for the copy, most of it), and
 a create from the snapshot next to a create from `base` (the baseline of the same run: the same start over
-one more layer).
+one more layer; each create timed until the SDK has the sandbox, its kill after).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from e2b import Sandbox
 
+from loadtests._creates import sdk_creates
 from loadtests._stats import row
 from tests.server_fixtures import running_server
 
@@ -33,12 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp, running_server(Path(tmp) / "data") as server:
         os.environ.update(server.e2b_env())
-        baseline = []
-        for _ in range(args.runs):
-            began = time.perf_counter()
-            Sandbox.create().kill()
-            baseline.append(_ms(began))
-        print(row("create from base (baseline)", baseline))
+        print(row("create from base (baseline)", sdk_creates(args.runs)))
         source = Sandbox.create(timeout=3600)
         written = 0
         for size in (int(s) for s in args.sizes.split(",")):
@@ -51,8 +47,9 @@ def main() -> None:
                 snapshot = source.create_snapshot(mode="filesystem")
                 taken.append(_ms(began))
                 began = time.perf_counter()
-                Sandbox.create(snapshot.snapshot_id).kill()
+                copy = Sandbox.create(snapshot.snapshot_id)
                 created.append(_ms(began))
+                copy.kill()
                 Sandbox.delete_snapshot(snapshot.snapshot_id)
             print(row(f"create_snapshot, {size} MiB of files", taken))
             print(row("  create from that snapshot", created))

@@ -21,6 +21,7 @@ from typing import Literal
 
 from e2b import Sandbox
 
+from loadtests._creates import sdk_creates
 from loadtests._stats import row
 from tests.server_fixtures import running_server
 
@@ -83,12 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp, running_server(Path(tmp) / "data") as server:
         os.environ.update(server.e2b_env())
-        baseline = []
-        for _ in range(args.runs):
-            began = time.perf_counter()
-            Sandbox.create().kill()
-            baseline.append(_ms(began))
-        print(row("cold create (baseline)", baseline))
+        print(row("cold create (baseline)", sdk_creates(args.runs)))
         for mib in (int(m) for m in args.mib.split(",")):
             source = _source(mib)
             try:
