@@ -146,6 +146,9 @@ class TemplateBuilds:
             self._catalog.put_built(record, builds)
             if not record.deleted:
                 await self._sync_pools(record)
+        if self._builder is not None:
+            named = {build.template.memory_image for build in self._builds.values() if build.template is not None}
+            await self._builder.forget_memory_images(named - {""})
 
     async def forget_deleted(self, in_use: InUse) -> None:
         """Remove the deleted templates no sandbox stands on any more, and the files of their snapshots (at a start

@@ -185,6 +185,10 @@ class TemplateBuilder(Protocol):
         into each as a fork. `access_token` is its executor's. The sandbox is frozen only while the image is
         taken. SandboxGone when it does not run, RuntimeFailure when the dump fails."""
 
+    async def forget_memory_images(self, keep: set[str]) -> None:
+        """Remove every memory image but those in `keep` (the ones the stored snapshots name): a crash between
+        taking one and recording its snapshot leaves one that nothing names."""
+
     async def drop_snapshot_files(self, template: Template) -> None:
         """Delete the files its snapshot took: the `SnapshotLayer` on top of `template` (those below are other
         snapshots'), or its memory image; no sandbox or template may start from them again."""

@@ -13,9 +13,9 @@ import msgspec
 import pytest
 
 from executor.envd import ENVD_PORT
-from pool import LocalRuntime
+from pool import LocalRuntime, Resources
 from pool._errors import SandboxGone
-from tests.runtime_fixtures import local_runtime, require_criu, sandbox_footprint, spec
+from tests.runtime_fixtures import base_with, local_runtime, require_criu, sandbox_footprint, spec
 from tests.sandbox_exec import run_in_sandbox
 from tests.test_criu_snapshot import _count, _start_counter
 
@@ -86,3 +86,16 @@ async def test_a_fork_of_a_sandbox_that_does_not_run_is_refused(tmp_path: Path) 
     async with local_runtime(tmp_path) as rt:
         with pytest.raises(SandboxGone):
             await rt.fork_image("nothing", None)
+
+
+async def test_a_fork_has_its_sources_limits_whatever_its_template_says_now(tmp_path: Path) -> None:
+    require_criu()
+    async with local_runtime(tmp_path) as rt:
+        await rt.start(spec("source", base_with(memory_mb=768, pids=600), access_token="source"))
+        image = await rt.fork_image("source", "source")
+        try:
+            await rt.start(msgspec.structs.replace(spec("fork", access_token="fork"), fork=image))
+        finally:
+            await rt.drop_fork_image(image)
+        limits = msgspec.json.decode((tmp_path / "sandboxes" / "fork" / "resources.json").read_bytes(), type=Resources)
+        assert (limits.memory_mb, limits.pids) == (768, 600)

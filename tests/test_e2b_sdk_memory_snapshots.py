@@ -7,6 +7,7 @@ snapshot with memory."""
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -104,7 +105,11 @@ def test_a_snapshot_with_memory_outlives_a_server_restart(tmp_path: Path, monkey
         _start_counter(source)
         count, pid = _counter(source, server)
         snapshot = source.create_snapshot("kept-over-restart", mode="full")
+        [kept] = _memory_images(server)
+    unnamed = data_dir / "memory-images" / ("0" * 32)  # what a crash before the snapshot's record leaves
+    shutil.copytree(data_dir / "memory-images" / kept, unnamed, symlinks=True)
     with running_server(data_dir) as server:
+        assert _memory_images(server) == [kept]  # the unnamed one went at the start
         for name, value in server.e2b_env().items():
             monkeypatch.setenv(name, value)
         copy = Sandbox.create(snapshot.snapshot_id)

@@ -27,6 +27,7 @@ from pool._local._criu_userns import move_user_namespace
 from pool._local._id_shift import shift_ids
 from pool._local._sandbox import Sandbox
 from pool._local._userns import host_id_base
+from pool._templates import Resources
 
 __all__ = ["ForkSource", "keep_memory_image", "kept_memory_image", "place_fork", "take_fork_image"]
 
@@ -43,6 +44,8 @@ class ForkSource(msgspec.Struct, frozen=True, kw_only=True):
     image_bytes: int
     # The token the image's executor holds, for a kept image (a snapshot with memory); a fork's is its `ForkImage`'s.
     access_token: str | None = None
+    # The source's limits: its memory must fit a copy's cgroup (a template's may have changed since it started).
+    resources: Resources | None = None
 
 
 def take_fork_image(criu: CriuBinary, box: Sandbox, directory: Path) -> ForkSource:
@@ -77,7 +80,7 @@ def take_fork_image(criu: CriuBinary, box: Sandbox, directory: Path) -> ForkSour
         raise
     return ForkSource(
         id_base=host_id_base(box.slot), layers=layers, start_pids=tuple(box.start_pids()), seconds=seconds,
-        image_bytes=info.image_bytes,
+        image_bytes=info.image_bytes, resources=box.resources,
     )  # fmt: skip
 
 

@@ -221,6 +221,19 @@ class LocalRuntime(LocalSandboxes):
         else:
             await super().start(spec)
 
+    async def forget_memory_images(self, keep: set[str]) -> None:
+        """`pool.TemplateBuilder`: the memory images no snapshot names go (those being taken are partial)."""
+
+        def sweep() -> list[str]:
+            found = list(self._memory_images.iterdir()) if self._memory_images.is_dir() else []
+            unnamed = [path for path in found if path.name not in keep and not path.name.startswith(_PARTIAL)]
+            for path in unnamed:
+                shutil.rmtree(path, ignore_errors=True)
+            return [path.name for path in unnamed]
+
+        if removed := await self.workers.run(self.workers.snapshots, sweep):
+            _log.warning("removed memory images no snapshot names: %s", ", ".join(removed))
+
     async def _remove_memory_image(self, key: str) -> None:
         await self.workers.run(self.workers.snapshots, shutil.rmtree, self._memory_images / key, True)
 
@@ -237,11 +250,12 @@ class LocalRuntime(LocalSandboxes):
             raise RuntimeFailure(
                 f"the image sandbox {spec.sandbox_id} is a copy of stands on layers that are gone: {gone}"
             )
-        box = await self._prepared(spec.sandbox_id, layers, spec.template.resources)
+        resources = source.resources or spec.template.resources
+        box = await self._prepared(spec.sandbox_id, layers, resources)
         try:
             # On a pool of their own: forks hold up no other sandbox's create, kill or wake-up.
             await self.workers.run(self.workers.copies, place_fork, directory, source, box)
-            box.cgroup.create(spec.template.resources)
+            box.cgroup.create(resources)
             box.pid = await self.workers.run(
                 self.workers.copies, restore, criu, sandbox_dir=box.directory, layers=layers, userns_slot=box.slot,
                 cgroup_procs=box.cgroup.procs_files(), freezer=box.cgroup.freezer_path(),
