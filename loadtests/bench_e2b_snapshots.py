@@ -18,7 +18,7 @@ from pathlib import Path
 
 from e2b import Sandbox
 
-from loadtests._creates import sdk_creates
+from loadtests._creates import sdk_creates, snapshot_copies
 from loadtests._stats import row
 from tests.server_fixtures import running_server
 
@@ -41,16 +41,7 @@ def main() -> None:
             if size > written:
                 source.commands.run(f"head -c {size - written}M /dev/urandom > ~/blob{size}", timeout=600)
                 written = size
-            taken, created = [], []
-            for _ in range(args.runs):
-                began = time.perf_counter()
-                snapshot = source.create_snapshot(mode="filesystem")
-                taken.append(_ms(began))
-                began = time.perf_counter()
-                copy = Sandbox.create(snapshot.snapshot_id)
-                created.append(_ms(began))
-                copy.kill()
-                Sandbox.delete_snapshot(snapshot.snapshot_id)
+            taken, created = snapshot_copies(source, args.runs, "filesystem")
             print(row(f"create_snapshot, {size} MiB of files", taken))
             print(row("  create from that snapshot", created))
         source.kill()

@@ -21,7 +21,7 @@ from typing import Literal
 
 from e2b import Sandbox
 
-from loadtests._creates import sdk_creates
+from loadtests._creates import sdk_creates, snapshot_copies
 from loadtests._stats import row
 from tests.server_fixtures import running_server
 
@@ -59,23 +59,6 @@ def _forks(source: Sandbox, count: int, runs: int) -> tuple[list[float], list[fl
     return whole, per_copy
 
 
-def _snapshot_copies(
-    source: Sandbox, runs: int, mode: Literal["full", "filesystem"]
-) -> tuple[list[float], list[float]]:
-    """(each `create_snapshot(mode=)`'s ms, each create from it's ms)."""
-    taken, created = [], []
-    for _ in range(runs):
-        began = time.perf_counter()
-        snapshot = source.create_snapshot(mode=mode)
-        taken.append(_ms(began))
-        began = time.perf_counter()
-        copy = Sandbox.create(snapshot.snapshot_id)
-        created.append(_ms(began))
-        copy.kill()
-        Sandbox.delete_snapshot(snapshot.snapshot_id)
-    return taken, created
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -97,7 +80,7 @@ def main() -> None:
                     ("filesystem", "files"),
                 )
                 for mode, kept in modes:
-                    taken, created = _snapshot_copies(source, args.runs, mode)
+                    taken, created = snapshot_copies(source, args.runs, mode)
                     print(row(f"  create_snapshot(mode={mode!r})", taken))
                     print(row(f"  create from it ({kept})", created))
             finally:
