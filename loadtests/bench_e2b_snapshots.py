@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from e2b import Sandbox
@@ -21,10 +20,6 @@ from e2b import Sandbox
 from loadtests._creates import sdk_creates, snapshot_copies
 from loadtests._stats import row
 from tests.server_fixtures import running_server
-
-
-def _ms(began: float) -> float:
-    return (time.perf_counter() - began) * 1000
 
 
 def main() -> None:
