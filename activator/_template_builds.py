@@ -42,7 +42,7 @@ class MemoryOf(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot keeps the sandbox's memory: what that takes besides its id (its executor's token, which the
     memory image's executor goes on holding)."""
 
-    access_token: str | None = msgspec.field(default=None)
+    access_token: str | None = None
 
     def __repr__(self) -> str:
         return "MemoryOf(access_token=...)"

@@ -50,8 +50,7 @@ async def test_an_unexpected_error_is_one_forks_entry_and_the_others_are_answere
     store: Store, clock: fakes.Clock
 ) -> None:
     runtime = ForkingRuntime(broken=2)
-    halted: list[str] = []
-    act = fakes.activator(store, runtime, clock, on_halt=halted.append, forker=runtime)
+    act = fakes.activator(store, runtime, clock, on_halt=lambda i: runtime.calls.append(("halt", i)), forker=runtime)
     source = await act.create("owner", fakes.request(secure=True))
 
     outcomes = await act.fork("owner", source.id, count=3, lifetime=None)
@@ -62,7 +61,7 @@ async def test_an_unexpected_error_is_one_forks_entry_and_the_others_are_answere
     assert failed[0].status_code == 500
     assert "the restored pid 1 is gone" in str(failed[0])
     assert runtime.dropped == runtime.images  # the image goes once every fork has its outcome
-    assert halted[-1] == source.id  # before the image was taken
+    assert runtime.calls.index(("halt", source.id)) < runtime.calls.index(("fork_image", source.id))
     assert {fork.id for fork in started} <= runtime.running
     assert len({source.id, *(fork.id for fork in started)}) == 3
     assert len({source.access_token, *(fork.access_token for fork in started)}) == 3

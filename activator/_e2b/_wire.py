@@ -384,8 +384,8 @@ class RemoveTags(_Wire, kw_only=True):
 
 
 class ForkRequest(_Wire, kw_only=True):
-    """`POST /sandboxes/{id}/fork` (`SandboxForkRequest`): the forks' timeout in seconds (none: the source's) and
-    how many (none: one; the bound is `activator.MAX_FORKS`)."""
+    """`POST /sandboxes/{id}/fork` (`SandboxForkRequest`): the forks' timeout in seconds (none: E2B's default for
+    forks, 15 s) and how many (none: one; the bound is `activator.MAX_FORKS`)."""
 
     timeout: _Seconds | None = None
     count: int | None = None
