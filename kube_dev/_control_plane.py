@@ -1,4 +1,6 @@
-"""Starting, checking and stopping the cluster's four processes: etcd, apiserver, controller-manager, kubelet.
+"""Starting, checking and stopping the cluster's processes: etcd, apiserver, controller-manager and a kubelet
+(the stand-in; or, with `real_node`, the namespace holder, its bridge, kube-scheduler, containerd and the real
+kubelet, every one but the bridge inside the node's namespace: `_node_namespace`, `_real_node`).
 
 Flags that matter, and why:
 - `--authorization-mode=Node,RBAC`: RBAC is what `install.yaml`'s Role is tested against.
@@ -6,8 +8,9 @@ Flags that matter, and why:
   controller-manager's token controller gives each ServiceAccount its secret, which pods need in 1.20.
 - `--endpoint-reconciler-type=none`: the apiserver would otherwise publish 127.0.0.1 as the `kubernetes`
   Service's endpoint. `--enable-priority-and-fairness=false`: less work, no behaviour the tests rely on.
-- the controller-manager runs only controllers that make sense without real nodes (no node lifecycle, no
-  IPAM, no volume attach, no CSR signing) and with per-controller credentials, as in a real cluster.
+- the controller-manager runs only controllers that make sense on this one-node cluster (no IPAM, no volume
+  attach, no CSR signing; node lifecycle only for a real node) and with per-controller credentials, as in a
+  real cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import ssl
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,15 +28,32 @@ import httpx
 import msgspec
 
 from kube_dev._daemons import running_pid, start_daemon, stop_daemon
+from kube_dev._images import PAUSE_IMAGE, build_images
 from kube_dev._layout import ClusterLayout, decode_layout, encode_layout
+from kube_dev._node_namespace import nsenter_argv
 from kube_dev._pki import ensure_pki, read_token, write_kubeconfigs
+from kube_dev._real_node import (
+    containerd_argv,
+    containerd_socket,
+    import_images,
+    kubelet_argv,
+    prepare_node,
+    scheduler_argv,
+    sweep_node,
+)
 from kube_dev._tracking import ProcessTracker
 
-__all__ = ["DAEMONS", "ClusterError", "check", "down", "load_layout", "up"]
+__all__ = ["ClusterError", "check", "daemons", "down", "load_layout", "up"]
 
-DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
-_CONTROLLERS = "*,-nodeipam,-nodelifecycle,-attachdetach,-persistentvolume-binder,-ttl,-bootstrapsigner," \
+_CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager")
+_STAND_IN = (*_CONTROL_PLANE, "kubelet")
+# The real node's: the namespace holder first, then the bridge that makes its apiserver and etcd reachable here.
+_REAL_NODE = ("node-namespace", "bridge", *_CONTROL_PLANE, "kube-scheduler", "containerd", "kubelet")
+_IN_NAMESPACE = {*_CONTROL_PLANE, "kube-scheduler", "containerd", "kubelet"}
+_CONTROLLERS = "*,-nodeipam,-attachdetach,-persistentvolume-binder,-ttl,-bootstrapsigner," \
     "-tokencleaner,-csrsigning,-csrapproving,-csrcleaner,-cloud-node-lifecycle,-route,-service"  # fmt: skip
+# The stand-in's node is always Ready; a real one is tainted until the node lifecycle controller sees it Ready.
+_STAND_IN_CONTROLLERS = _CONTROLLERS + ",-nodelifecycle"
 _REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,10 +61,15 @@ class ClusterError(Exception):
     """The cluster could not be started, or a component failed while starting; the message says which."""
 
 
+def daemons(layout: ClusterLayout) -> tuple[str, ...]:
+    """The cluster's processes, in the order they start."""
+    return _REAL_NODE if layout.real_node else _STAND_IN
+
+
 def load_layout(state_dir: Path, **overrides: object) -> ClusterLayout:
     """The layout a running cluster was started with (its `layout.json`), else the defaults plus `overrides`."""
     saved = state_dir / "layout.json"
-    if saved.exists() and any(running_pid(state_dir / "run", name) for name in DAEMONS):
+    if saved.exists() and any(running_pid(state_dir / "run", name) for name in _REAL_NODE):
         return decode_layout(saved.read_bytes())
     return decode_layout(
         {"state_dir": str(state_dir), **{k: str(v) if isinstance(v, Path) else v for k, v in overrides.items()}}
@@ -51,7 +77,26 @@ def load_layout(state_dir: Path, **overrides: object) -> ClusterLayout:
 
 
 def _argv(layout: ClusterLayout, name: str) -> list[str]:
+    if name in _IN_NAMESPACE and layout.real_node:
+        holder = running_pid(layout.run, "node-namespace")
+        if holder is None:
+            raise ClusterError("the node's namespace is gone")
+        return [*nsenter_argv(holder), *_own_argv(layout, name)]
+    return _own_argv(layout, name)
+
+
+def _own_argv(layout: ClusterLayout, name: str) -> list[str]:
     pki, e = layout.pki, layout.etcd_port
+    state = ["--state-dir", str(layout.state_dir)]
+    if name in ("node-namespace", "bridge"):
+        ports = ["--port", str(layout.apiserver_port), "--port", str(e)] if name == "bridge" else []
+        return [sys.executable, "-m", "kube_dev", name, *state, *ports]
+    if name == "kube-scheduler":
+        return scheduler_argv(layout)
+    if name == "containerd":
+        return containerd_argv(layout)
+    if name == "kubelet" and layout.real_node:
+        return kubelet_argv(layout)
     if name == "etcd":
         return [
             str(layout.etcd), "--name", "dev", "--data-dir", str(layout.etcd_data),
@@ -61,7 +106,9 @@ def _argv(layout: ClusterLayout, name: str) -> list[str]:
         ]  # fmt: skip
     if name == "kube-apiserver":
         return [
-            str(layout.bin_dir / name), "--bind-address=127.0.0.1", f"--secure-port={layout.apiserver_port}",
+            # A real node's pods reach it at the node's address; the namespace has no other way in.
+            str(layout.bin_dir / name), f"--bind-address={'0.0.0.0' if layout.real_node else '127.0.0.1'}",
+            f"--secure-port={layout.apiserver_port}",
             "--insecure-port=0", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
             f"--etcd-servers=http://127.0.0.1:{e}", f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}", f"--client-ca-file={pki / 'ca.crt'}",
@@ -69,30 +116,41 @@ def _argv(layout: ClusterLayout, name: str) -> list[str]:
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}", "--service-cluster-ip-range=10.0.0.0/24",
             "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+            # The real node's name resolves nowhere: exec, logs and port-forward dial its InternalIP.
+            *(["--kubelet-preferred-address-types=InternalIP"] if layout.real_node else []),
         ]  # fmt: skip
     if name == "kube-controller-manager":
         return [
             str(layout.bin_dir / name), f"--kubeconfig={layout.kubeconfig('controller-manager')}",
             "--bind-address=127.0.0.1", "--secure-port=0", "--port=0", "--leader-elect=false",
             "--use-service-account-credentials=true", f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}", f"--controllers={_CONTROLLERS}", "--profiling=false", "--v=1",
+            f"--root-ca-file={pki / 'ca.crt'}", "--profiling=false", "--v=1",
+            f"--controllers={_CONTROLLERS if layout.real_node else _STAND_IN_CONTROLLERS}",
             # The default 20 requests/s spaces the start of its ~30 controllers by 0.25 s each.
             "--kube-api-qps=500", "--kube-api-burst=1000",
         ]  # fmt: skip
-    return [sys.executable, "-m", "kube_dev", "kubelet", "--state-dir", str(layout.state_dir)]
+    return [sys.executable, "-m", "kube_dev", "kubelet", *state]
 
 
-def _env(name: str) -> dict[str, str]:
+def _env(layout: ClusterLayout, name: str) -> dict[str, str]:
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
-    if name == "kubelet":
+    if name in ("node-namespace", "bridge") or (name == "kubelet" and not layout.real_node):
         env["PYTHONPATH"] = str(_REPO)
     return env
 
 
 def _check_binaries(layout: ClusterLayout) -> None:
-    for binary in (layout.etcd, layout.bin_dir / "kube-apiserver", layout.bin_dir / "kube-controller-manager"):
+    binaries = [layout.etcd, layout.bin_dir / "kube-apiserver", layout.bin_dir / "kube-controller-manager"]
+    for binary in binaries:
         if not os.access(binary, os.X_OK):
             raise ClusterError(f"{binary} is missing: run `scripts/kube-dev-cluster build` first")
+    if layout.real_node:
+        for binary in (layout.node_bin_dir / "kubelet", layout.node_bin_dir / "kube-scheduler"):
+            if not os.access(binary, os.X_OK):
+                raise ClusterError(f"{binary} is missing: run `scripts/kube-dev-cluster build --real-node` first")
+        for command in ("containerd", "runc", "ctr", "nsenter"):
+            if shutil.which(command) is None:
+                raise ClusterError(f"{command} is missing: run `scripts/setup --test` (it installs the real node's)")
 
 
 def _client(layout: ClusterLayout) -> httpx.Client:
@@ -108,11 +166,17 @@ def up(layout: ClusterLayout) -> Path:
     _check_binaries(layout)
     for d in (layout.state_dir, layout.run, layout.logs, layout.pods):
         d.mkdir(parents=True, exist_ok=True)
-    if not any(running_pid(layout.run, name) for name in DAEMONS):
+    if not any(running_pid(layout.run, name) for name in _REAL_NODE):
         (layout.state_dir / "layout.json").write_bytes(encode_layout(layout))
     started = time.monotonic()
     ensure_pki(layout)
     write_kubeconfigs(layout)
+    archives = build_images(layout.node_bin_dir / "pause") if layout.real_node else []
+    if layout.real_node:
+        (layout.run / "node-namespace.ready").unlink(missing_ok=True)
+        _start(layout, "node-namespace")
+        _wait(layout, "node-namespace", (layout.run / "node-namespace.ready").exists, 30.0, started)
+        _start(layout, "bridge")
     _start(layout, "etcd")
     _wait(layout, "etcd", lambda: _etcd_healthy(layout), 30.0, started)
     _start(layout, "kube-apiserver")
@@ -121,15 +185,34 @@ def up(layout: ClusterLayout) -> Path:
         # Only now: a controller-manager that starts before the apiserver answers falls back to one shared
         # identity instead of a ServiceAccount per controller.
         _start(layout, "kube-controller-manager")
-        _start(layout, "kubelet")
+        if layout.real_node:
+            _start_node(layout, archives, started)
+        else:
+            _start(layout, "kubelet")
         _wait(layout, "kube-controller-manager", lambda: _default_sa_has_token(client), 60.0, started)
-        _wait(layout, "kubelet", lambda: _node_ready(client, layout.node_name), 60.0, started)
+        _wait(layout, "kubelet", lambda: _node_ready(client, layout.node_name), 120.0, started)
+        if layout.real_node:
+            _wait(layout, "kubelet", lambda: _untainted(client, layout.node_name), 60.0, started)
     return layout.admin_kubeconfig
+
+
+def _start_node(layout: ClusterLayout, archives: list[Path], started: float) -> None:
+    prepare_node(layout, PAUSE_IMAGE)
+    _start(layout, "kube-scheduler")
+    _start(layout, "containerd")
+    _wait(layout, "containerd", containerd_socket(layout).exists, 30.0, started)
+    try:
+        import_images(layout, archives)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"the node's images could not be imported: {exc}") from exc
+    print(f"kube-dev-cluster: {len(archives)} images imported after {time.monotonic() - started:.1f} s",
+          file=sys.stderr)  # fmt: skip
+    _start(layout, "kubelet")
 
 
 def _start(layout: ClusterLayout, name: str) -> None:
     if running_pid(layout.run, name) is None:
-        start_daemon(layout.run, layout.logs / f"{name}.log", name, _argv(layout, name), env=_env(name),
+        start_daemon(layout.run, layout.logs / f"{name}.log", name, _argv(layout, name), env=_env(layout, name),
                      cwd=layout.state_dir)  # fmt: skip
 
 
@@ -183,10 +266,19 @@ def _node_ready(client: httpx.Client, name: str) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def _untainted(client: httpx.Client, name: str) -> bool:
+    """No `not-ready` taint left: pods are scheduled to the node."""
+    body = _get(client, f"/api/v1/nodes/{name}")
+    if body is None:
+        return False
+    taints = msgspec.json.decode(body).get("spec", {}).get("taints") or []
+    return not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints)
+
+
 def check(layout: ClusterLayout) -> dict[str, str]:
     """Component → one line of status; every line starts with "running" when that component is healthy."""
     lines = {}
-    for name in DAEMONS:
+    for name in daemons(layout):
         pid = running_pid(layout.run, name)
         lines[name] = f"running (pid {pid})" if pid else "stopped"
     if running_pid(layout.run, "kube-apiserver") and (layout.pki / "tokens.csv").exists():
@@ -201,8 +293,14 @@ def check(layout: ClusterLayout) -> dict[str, str]:
 
 def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     """Stop every component (the kubelet first, so it ends its pods); the names of those that were running."""
-    stopped = [name for name in reversed(DAEMONS) if stop_daemon(layout.run, name, grace=40.0)]
-    ProcessTracker(layout.cgroup_name).sweep()  # pods of a kubelet that died without cleaning up
+    if not layout.real_node:
+        stopped = [name for name in reversed(_STAND_IN) if stop_daemon(layout.run, name, grace=40.0)]
+        ProcessTracker(layout.cgroup_name).sweep()  # pods of a kubelet that died without cleaning up
+    else:
+        # The kubelet leaves its containers running when it stops: containerd kills them, then the rest goes.
+        stopped = ["kubelet"] if stop_daemon(layout.run, "kubelet", grace=20.0) else []
+        sweep_node(layout)
+        stopped += [name for name in reversed(_REAL_NODE[:-1]) if stop_daemon(layout.run, name, grace=20.0)]
     if purge and layout.state_dir.exists():
         shutil.rmtree(layout.state_dir)
     return stopped

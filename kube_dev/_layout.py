@@ -7,10 +7,13 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["DEFAULT_BIN_DIR", "DEFAULT_STATE_DIR", "ClusterLayout", "decode_layout", "encode_layout"]
+__all__ = [
+    "DEFAULT_BIN_DIR", "DEFAULT_NODE_BIN_DIR", "DEFAULT_STATE_DIR", "ClusterLayout", "decode_layout", "encode_layout",
+]  # fmt: skip
 
 DEFAULT_STATE_DIR = Path("/var/lib/agent-sandbox-kube")
 DEFAULT_BIN_DIR = Path("/var/cache/agent-sandbox/kubernetes/v1.20.2-r1/bin")
+DEFAULT_NODE_BIN_DIR = Path("/var/cache/agent-sandbox/kubernetes/v1.20.2-node-r1/bin")  # build-kubernetes node
 NODE_NAME = "agent-sandbox-dev-node"
 
 
@@ -24,6 +27,11 @@ class ClusterLayout(msgspec.Struct, frozen=True, kw_only=True):
     etcd_port: int = 12379  # and the next port for etcd's peer listener
     node_name: str = NODE_NAME
     pod_network: int = 0  # pods get 127.<pod_network>.x.y, so two clusters on one machine never share an address
+    # A real kubelet + containerd in a namespace of the cluster's own (`up --real-node`) instead of the stand-in.
+    real_node: bool = False
+    node_bin_dir: Path = DEFAULT_NODE_BIN_DIR
+    node_ip: str = "10.99.0.1"  # inside the node's namespace only, as is everything of a real-node cluster
+    pod_cidr: str = "10.244.0.0/24"
 
     @property
     def pki(self) -> Path:
@@ -41,6 +49,11 @@ class ClusterLayout(msgspec.Struct, frozen=True, kw_only=True):
     def pods(self) -> Path:
         """Per-pod working directories and container logs of the stand-in kubelet."""
         return self.state_dir / "pods"
+
+    @property
+    def node_dir(self) -> Path:
+        """The real node's own files: containerd's root and state, the kubelet's, the CNI's, its /run."""
+        return self.state_dir / "node"
 
     @property
     def etcd_data(self) -> Path:

@@ -38,14 +38,15 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()}")
 
 
-def _make_ca_and_server_cert(pki: Path) -> None:
+def _make_ca_and_server_cert(pki: Path, node_ip: str) -> None:
     _openssl(
         "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
         "-subj", "/CN=agent-sandbox-dev-ca", "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki,
     )  # fmt: skip
     (pki / "server.ext").write_text(
-        f"subjectAltName={_SERVER_NAMES}\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        # A real node's pods reach the apiserver at the node's address (there is no kube-proxy for 10.0.0.1).
+        f"subjectAltName={_SERVER_NAMES},IP:{node_ip}\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
         "extendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\nauthorityKeyIdentifier=keyid\n"
     )
     _openssl(
@@ -72,7 +73,7 @@ def ensure_pki(layout: ClusterLayout) -> None:
     pki = layout.pki
     pki.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not (pki / "apiserver.crt").exists():
-        _make_ca_and_server_cert(pki)
+        _make_ca_and_server_cert(pki, layout.node_ip)
     if not (pki / "sa.pub").exists():
         _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)

@@ -24,13 +24,23 @@ from e2b import Sandbox
 from cli._doctor import doctor
 from pool import ImageStore
 from pool._local._criu import probe
-from tests import executor_fixtures, kube_fixtures, redis_fixtures, runtime_fixtures, scale_to_zero_fixtures
+from tests import (
+    executor_fixtures,
+    kube_fixtures,
+    real_node_fixtures,
+    redis_fixtures,
+    runtime_fixtures,
+    scale_to_zero_fixtures,
+)
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server, server_in_temp_dir
 
-TIERS = ("unit", "sandbox", "criu", "kube", "redis", "browser")
+TIERS = ("unit", "sandbox", "criu", "kube", "realnode", "redis", "browser")
 
 # The fixtures and starters that stand for a real component, and the tiers each one brings.
-_FIXTURE_TIERS = {"server": {"sandbox"}, "kube": {"kube"}, "redis_server": {"redis"}, "browser": {"browser"}}
+_FIXTURE_TIERS = {
+    "server": {"sandbox"}, "kube": {"kube"}, "real_node": {"kube", "realnode"}, "redis_server": {"redis"},
+    "browser": {"browser"},
+}  # fmt: skip
 _STARTER_TIERS: dict[int, set[str]] = {
     id(running_server): {"sandbox"},
     id(runtime_fixtures.local_runtime): {"sandbox"},
@@ -39,13 +49,16 @@ _STARTER_TIERS: dict[int, set[str]] = {
     id(runtime_fixtures.require_criu): {"sandbox", "criu"},
     id(scale_to_zero_fixtures.criu_or_skip): {"sandbox", "criu"},
     id(kube_fixtures.require_binaries): {"kube"},
+    id(real_node_fixtures.require_real_node): {"kube", "realnode"},
     id(redis_fixtures.require_redis_server): {"redis"},
     id(doctor): {"sandbox"},  # it starts a trial sandbox
     id(ImageStore): {"sandbox"},  # it builds sandbox images
     id(probe): {"criu"},  # it runs CRIU
 }
 # The programs of real components, which a unit test must not start (nor `serve`, nor the executor's server).
-_COMPONENTS = {"bwrap", "criu", "redis-server", "kube-dev-cluster", "etcd", "kube-apiserver", "chromium"}
+_COMPONENTS = {
+    "bwrap", "criu", "redis-server", "kube-dev-cluster", "etcd", "kube-apiserver", "kubelet", "containerd", "chromium",
+}  # fmt: skip
 _PROCESS_EVENTS = {"subprocess.Popen": 1, "os.posix_spawn": 1, "os.exec": 1, "os.system": 0}  # -> where argv is
 
 

@@ -8,7 +8,7 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,12 +94,15 @@ def running_server(
     scheme: str = "http",
     host: str = "127.0.0.1",
     ca_file: Path | None = None,
+    wrap: Sequence[str] = (),
 ) -> Iterator[RunningServer]:
-    """Run `agent-sandbox serve` until the block ends, then SIGTERM it and kill what it left running."""
+    """Run `agent-sandbox serve` until the block ends, then SIGTERM it and kill what it left running.
+
+    `wrap`: a command that runs it (`nsenter ... --`: inside a real node's namespace)."""
     port = port or free_port()
     url = f"{scheme}://{host}:{port}"
     environ = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
+    argv = [*wrap, sys.executable, "-m", "cli", "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
     log_path = data_dir.parent / f"{data_dir.name}.server.log"
     log = open(log_path, "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(argv, cwd=REPO, env=environ, stdout=log, stderr=subprocess.STDOUT, text=True)

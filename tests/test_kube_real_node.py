@@ -1,0 +1,186 @@
+"""The kubernetes runtime on a real node: a real kubelet + containerd + runc running the images buildah built from
+deploy/Dockerfile.* (`scripts/kube-dev-cluster up --real-node`), driven by the real `e2b` SDK.
+
+What the stand-in kubelet cannot prove: that the images work as images (their ENTRYPOINT, Debian's Python 3.11.2,
+the `user` account), that sandboxes run as uid 1000 (no `--kube-sandbox-user root` here) under the runtime's
+seccomp profile with their limits enforced and no ServiceAccount token, that an OOM is an OOM, and that a
+snapshot to zero resumes in a new pod (the resume bug of shared/reference/k8s-real-node.md §4 was found here).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2b import CommandExitException, Sandbox
+
+from tests import real_node_fixtures
+from tests.polling import wait_for
+from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates
+from tests.scale_to_zero_fixtures import sandboxes_by_state
+from tests.server_fixtures import RunningServer, point_e2b_at
+
+real_node = real_node_fixtures.real_node
+
+pytestmark = pytest.mark.timeout(300)
+
+ROLE = "agent-sandbox.dev/role"
+SANDBOX_IMAGE = "docker.io/agent-sandbox/sandbox-base:0.1.0"
+
+
+def _namespace(node: RealNode) -> str:
+    name = f"real-{secrets.token_hex(4)}"
+    node.kube.kubectl("create", "namespace", name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def namespace(real_node: RealNode) -> Iterator[str]:
+    name = _namespace(real_node)
+    yield name
+    real_node.kube.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def server(real_node: RealNode, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    directory = tmp_path_factory.mktemp("real-node-gateway")
+    args = ["--namespace", namespace, "--templates", str(install_templates(directory / "templates")), "--warm",
+            "base=1"]  # fmt: skip
+    with gateway_on_node(real_node, directory / "data", *args) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def e2b_env(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    point_e2b_at(server, monkeypatch)
+
+
+def _pods(node: RealNode, namespace: str, selector: str) -> list[dict[str, Any]]:
+    raw = node.kube.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
+    items: list[dict[str, Any]] = json.loads(raw)["items"]
+    return items
+
+
+def _sandbox_pod(node: RealNode, namespace: str, sandbox_id: str) -> dict[str, Any]:
+    running = [
+        p for p in _pods(node, namespace, f"agent-sandbox.dev/sandbox-id={sandbox_id}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    assert len(running) == 1, [p["metadata"]["name"] for p in running]
+    return running[0]
+
+
+def _status_of(sbx: Sandbox, path: str) -> dict[str, str]:
+    fields = (line.split(":", 1) for line in sbx.commands.run(f"cat {path}").stdout.splitlines() if ":" in line)
+    return {key: value.strip() for key, value in fields}
+
+
+def _memory_limit(sbx: Sandbox) -> int:
+    """The limit of the container's memory cgroup, cgroup v1 or v2 (the pod sees only its own)."""
+    script = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
+    return int(sbx.commands.run(script).stdout.split()[0])
+
+
+def test_a_sandbox_is_the_images_entrypoint_as_uid_1000_under_seccomp_with_its_limits_and_no_token(
+    real_node: RealNode, namespace: str
+) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        assert sbx.commands.run("id -u; id -un; pwd").stdout.split() == ["1000", "user", "/home/user"]
+        entrypoint = sbx.commands.run("tr '\\0' ' ' < /proc/1/cmdline").stdout.split()
+        assert entrypoint[:4] == ["/usr/bin/python3", "-I", "-S", "/opt/agent-sandbox/run-executor.py"]
+        assert sbx.commands.run("/usr/bin/python3 -V").stdout.strip() == "Python 3.11.2"  # Debian 12's, not ours
+        status = _status_of(sbx, "/proc/self/status")
+        assert status["Seccomp"] == "2"  # the runtime's RuntimeDefault profile, filtering
+        assert _memory_limit(sbx) == 1024 * 2**20  # the template's memory_mb
+        assert sbx.commands.run("ls /var/run/secrets/kubernetes.io 2>&1 || true").stdout.count("No such file") == 1
+        pod = _sandbox_pod(real_node, namespace, sbx.sandbox_id)
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(real_node.kube.layout.pod_cidr)
+        assert pod["spec"]["containers"][0]["image"] == "agent-sandbox/sandbox-base:0.1.0"
+        [container] = pod["status"]["containerStatuses"]
+        assert container["image"] == SANDBOX_IMAGE
+        assert container["imageID"].startswith("sha256:")
+        assert pod["spec"]["nodeName"] == real_node.kube.layout.node_name  # scheduled by kube-scheduler
+    finally:
+        sbx.kill()
+
+
+def test_an_allocation_past_the_memory_limit_is_an_oom_kill_of_that_command_alone() -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        with pytest.raises(CommandExitException) as killed:
+            sbx.commands.run("python3 -c 'b = bytearray(1536 * 2**20); b[::4096] = b\"x\" * (len(b) // 4096)'")
+        assert killed.value.error == "signal: killed"  # envd's words for a SIGKILL, the OOM killer's
+        counters = sbx.commands.run(
+            "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events"
+        ).stdout
+        assert int(dict(line.split() for line in counters.splitlines())["oom_kill"]) >= 1
+        assert sbx.commands.run("echo still here").stdout == "still here\n"  # the executor was not the victim
+    finally:
+        sbx.kill()
+
+
+def test_pause_scales_to_zero_and_connect_resumes_in_a_new_pod_with_the_files(
+    real_node: RealNode, namespace: str
+) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/home/user/kept.txt", "survives the snapshot")
+        sbx.commands.run("mkdir -p /home/user/deep/er && echo nested > /home/user/deep/er/file && chmod 640 "
+                         "/home/user/deep/er/file")  # fmt: skip
+        first = _sandbox_pod(real_node, namespace, sbx.sandbox_id)["metadata"]["uid"]
+        assert sbx.pause()
+        wait_for(lambda: not _pods(real_node, namespace, f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}"),
+                 what="the sandbox's pod to go")  # fmt: skip
+        resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
+        assert resumed.files.read("/home/user/kept.txt") == "survives the snapshot"
+        listing = resumed.commands.run("stat -c '%U %a' /home/user/deep/er/file; cat /home/user/deep/er/file")
+        assert listing.stdout.split() == ["user", "640", "nested"]
+        assert _sandbox_pod(real_node, namespace, sbx.sandbox_id)["metadata"]["uid"] != first
+    finally:
+        sbx.kill()
+
+
+def test_a_create_claims_a_warm_pod_of_the_image(real_node: RealNode, namespace: str) -> None:
+    def warm_ready() -> list[dict[str, Any]]:
+        pods = _pods(real_node, namespace, f"{ROLE}=warm")
+        return [p for p in pods if p["metadata"].get("annotations", {}).get("agent-sandbox.dev/warm-ready") == "true"]
+
+    wait_for(warm_ready, what="a warm pod of template base", within=120)
+    sbx = Sandbox.create(timeout=120)
+    try:
+        pod = _sandbox_pod(real_node, namespace, sbx.sandbox_id)
+        assert pod["metadata"]["labels"]["agent-sandbox.dev/claimed-from"] == "base"
+        assert sbx.commands.run("id -un").stdout == "user\n"
+    finally:
+        sbx.kill()
+
+
+def test_an_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
+    real_node: RealNode, tmp_path: Path
+) -> None:
+    namespace = _namespace(real_node)
+    args = ["--namespace", namespace, "--templates", str(install_templates(tmp_path / "templates")),
+            "--pause-after", "2", "--snapshot-after", "6"]  # fmt: skip
+    try:
+        with gateway_on_node(real_node, tmp_path / "data", *args) as server:
+            sbx = Sandbox.create(timeout=200, api_key=server.api_key, api_url=server.url, sandbox_url=server.url)
+            try:
+                sbx.files.write("idle.txt", "kept while idle")
+                wait_for(lambda: sandboxes_by_state(server).get("snapshotted") == 1, what="the idle snapshot")
+                assert not _pods(real_node, namespace, f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}")
+                woke = httpx.get(
+                    f"{server.url}/health", headers={"Host": f"49983-{sbx.sandbox_id}.sandbox.localhost"}, timeout=90
+                )
+                assert woke.status_code == 204  # held while a new pod started, then answered by it
+                assert sbx.files.read("idle.txt") == "kept while idle"
+            finally:
+                sbx.kill()
+    finally:
+        real_node.kube.kubectl("delete", "namespace", namespace, "--wait=false")
