@@ -9,6 +9,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
@@ -102,12 +103,28 @@ async def _build_missing_images(runtime: LocalRuntime, templates: dict[str, Temp
             await runtime.build_builtin(template, _log.info)
 
 
+def _make_private_dir(data_dir: Path) -> None:
+    """The data dir, this user's alone (0700): it holds the state database, the API key and every sandbox's files.
+
+    A directory someone else owns (a volume mounted there: Kubernetes makes an emptyDir root's, mode 2777 with
+    the pod's fsGroup) cannot be made private, and is refused rather than used as it is."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.chmod(0o700)
+    except PermissionError:
+        owner = data_dir.stat().st_uid
+        raise SystemExit(
+            f"agent-sandbox: the data dir {data_dir} belongs to uid {owner}, not to this server's uid {os.getuid()}, "
+            "so it cannot be made private (0700): name a directory under it with --data-dir "
+            "(the server creates it as its own)"
+        ) from None
+
+
 @asynccontextmanager
 async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
     async with AsyncExitStack() as stack:
         templates = load_templates(settings.templates)
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        settings.data_dir.chmod(0o700)  # it holds the state database, the API key and every sandbox's files
+        _make_private_dir(settings.data_dir)
         runtime = await _open_runtime(stack, settings, templates)
         store: Store = (
             await KubeStore.open(runtime.api, runtime.settings.namespace)

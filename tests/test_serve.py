@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway._platform import _make_private_dir
 from tests.server_fixtures import REPO, running_server
 
 
@@ -73,3 +74,16 @@ def test_sigterm_stops_the_server_cleanly(tmp_path: Path) -> None:
     assert "Finished server process" in log
     assert "stopped: everything the server opened is closed" in log
     assert "Traceback" not in log
+
+
+def test_a_data_dir_the_server_cannot_make_private_is_refused_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in a pod whose data dir is an emptyDir (root's, mode 2777): the server's uid may not chmod it."""
+
+    def not_the_owner(self: Path, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(Path, "chmod", not_the_owner)
+    with pytest.raises(SystemExit, match=r"cannot be made private \(0700\): name a directory under it with --data-dir"):
+        _make_private_dir(tmp_path / "data")
