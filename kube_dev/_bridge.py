@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from kube_dev._node_namespace import enter_net
 
@@ -56,14 +57,18 @@ def parse_forward(text: str) -> Forward:
     return int(port), host, int(target_port)
 
 
-async def _serve(holder: int, forwards: list[Forward]) -> None:
+async def _serve(holder: int, forwards: list[Forward], ready_file: Path | None) -> None:
     node_ns = os.open(f"/proc/{holder}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     own_ns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     loop = asyncio.get_running_loop()
 
     def handler(host: str, port: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            sock = _socket_in(node_ns, own_ns)
+            try:
+                sock = _socket_in(node_ns, own_ns)
+            except OSError:  # the namespace is gone
+                writer.transport.abort()
+                return
             try:
                 await loop.sock_connect(sock, (host, port))
             except OSError:
@@ -80,6 +85,8 @@ async def _serve(holder: int, forwards: list[Forward]) -> None:
         return forward
 
     servers = [await asyncio.start_server(handler(host, port), "127.0.0.1", here) for here, host, port in forwards]
+    if ready_file is not None:
+        await asyncio.to_thread(ready_file.write_text, f"{os.getpid()}\n")
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
@@ -92,7 +99,8 @@ async def _serve(holder: int, forwards: list[Forward]) -> None:
             server.close()
 
 
-def serve_bridge(holder: int, forwards: list[Forward]) -> int:
-    """Forward each port of this machine's loopback into the holder's namespace until SIGTERM."""
-    asyncio.run(_serve(holder, forwards))
+def serve_bridge(holder: int, forwards: list[Forward], ready_file: Path | None = None) -> int:
+    """Forward each port of this machine's loopback into the holder's namespace until SIGTERM; `ready_file` is
+    written once every port listens (a port taken here ends it with OSError first)."""
+    asyncio.run(_serve(holder, forwards, ready_file))
     return 0

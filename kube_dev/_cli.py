@@ -13,7 +13,7 @@ from kube_dev._bridge import parse_forward, serve_bridge
 from kube_dev._control_plane import ClusterError, check, daemons, down, load_layout, up
 from kube_dev._daemons import running_pid
 from kube_dev._images import ImageError, build_images
-from kube_dev._layout import DEFAULT_BIN_DIR, DEFAULT_NODE_BIN_DIR, DEFAULT_STATE_DIR
+from kube_dev._layout import DEFAULT_BIN_DIR, DEFAULT_NODE_BIN_DIR, DEFAULT_STATE_DIR, built_bin_dir
 from kube_dev._node_namespace import hold_namespace
 
 __all__ = ["main"]
@@ -58,6 +58,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--port", type=parse_forward, action="append", required=True, metavar="PORT[:HOST:PORT]",
         help="a port to forward, to the same port there or to HOST:PORT there (repeatable)",
     )  # fmt: skip
+    bridge.add_argument("--ready-file", type=Path, help="written once every port listens")
     commands.add_parser("node-namespace", parents=[common], help="hold a real node's namespace (`up` starts it)")
     return parser.parse_args(argv)
 
@@ -71,26 +72,20 @@ def main(argv: list[str] | None = None) -> int:
                 "apiserver_port": options.port, "etcd_port": options.etcd_port,
                 "pod_network": options.pod_network if options.pod_network is not None else _pod_network(state_dir),
             }  # fmt: skip
-            cache = os.environ.get("AGENT_SANDBOX_KUBE_DIR")  # where scripts/kube/build-kubernetes put them
-            if options.bin_dir or cache:
-                overrides["bin_dir"] = options.bin_dir or Path(cache or "") / DEFAULT_BIN_DIR.parent.name / "bin"
+            overrides["bin_dir"] = options.bin_dir or built_bin_dir(DEFAULT_BIN_DIR)
             if options.real_node:
-                overrides["real_node"] = True
-                if cache:
-                    overrides["node_bin_dir"] = Path(cache) / DEFAULT_NODE_BIN_DIR.parent.name / "bin"
+                overrides |= {"real_node": True, "node_bin_dir": built_bin_dir(DEFAULT_NODE_BIN_DIR)}
             print(up(load_layout(state_dir, **overrides)))
             return 0
         if options.command == "images":
-            cache = os.environ.get("AGENT_SANDBOX_KUBE_DIR")
-            node_bin = Path(cache) / DEFAULT_NODE_BIN_DIR.parent.name / "bin" if cache else DEFAULT_NODE_BIN_DIR
-            for archive in build_images(node_bin / "pause"):
+            for archive in build_images(built_bin_dir(DEFAULT_NODE_BIN_DIR) / "pause"):
                 print(archive)
             return 0
         if options.command == "bridge":
             holder = running_pid(state_dir / "run", "node-namespace")
             if holder is None:
                 raise ClusterError(f"no real node runs with state dir {state_dir}")
-            return serve_bridge(holder, options.port)
+            return serve_bridge(holder, options.port, options.ready_file)
         if options.command == "node-namespace":
             return hold_namespace(load_layout(state_dir))
         if options.command == "down":

@@ -30,11 +30,12 @@ import msgspec
 from kube_dev._daemons import running_pid, start_daemon, stop_daemon
 from kube_dev._images import PAUSE_IMAGE, build_images
 from kube_dev._layout import ClusterLayout, decode_layout, encode_layout
-from kube_dev._node_namespace import nsenter_argv
+from kube_dev._node_namespace import PRIVATE_MOUNTS, nsenter_argv
 from kube_dev._pki import ensure_pki, read_token, write_kubeconfigs
 from kube_dev._real_node import (
+    CNI_PLUGINS,
     containerd_argv,
-    containerd_socket,
+    containerd_socket_here,
     import_images,
     kubelet_argv,
     prepare_node,
@@ -67,9 +68,11 @@ def daemons(layout: ClusterLayout) -> tuple[str, ...]:
 
 
 def load_layout(state_dir: Path, **overrides: object) -> ClusterLayout:
-    """The layout a running cluster was started with (its `layout.json`), else the defaults plus `overrides`."""
+    """The layout a running cluster was started with (its `layout.json`), else the defaults plus `overrides`.
+    Without `overrides` (status, down) the saved one even when nothing runs: a real node's containers outlive
+    a crashed cluster, and `down` must know to sweep them."""
     saved = state_dir / "layout.json"
-    if saved.exists() and any(running_pid(state_dir / "run", name) for name in _REAL_NODE):
+    if saved.exists() and (not overrides or any(running_pid(state_dir / "run", name) for name in _REAL_NODE)):
         return decode_layout(saved.read_bytes())
     return decode_layout(
         {"state_dir": str(state_dir), **{k: str(v) if isinstance(v, Path) else v for k, v in overrides.items()}}
@@ -88,8 +91,17 @@ def _argv(layout: ClusterLayout, name: str) -> list[str]:
 def _own_argv(layout: ClusterLayout, name: str) -> list[str]:
     pki, e = layout.pki, layout.etcd_port
     state = ["--state-dir", str(layout.state_dir)]
-    if name in ("node-namespace", "bridge"):
-        ports = ["--port", str(layout.apiserver_port), "--port", str(e)] if name == "bridge" else []
+    if name == "node-namespace":
+        return [sys.executable, "-m", "kube_dev", name, *state]
+    if name == "bridge":
+        ports = [
+            "--port",
+            str(layout.apiserver_port),
+            "--port",
+            str(e),
+            "--ready-file",
+            str(layout.run / "bridge.ready"),
+        ]
         return [sys.executable, "-m", "kube_dev", name, *state, *ports]
     if name == "kube-scheduler":
         return scheduler_argv(layout)
@@ -116,8 +128,13 @@ def _own_argv(layout: ClusterLayout, name: str) -> list[str]:
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}", "--service-cluster-ip-range=10.0.0.0/24",
             "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
-            # The real node's name resolves nowhere: exec, logs and port-forward dial its InternalIP.
-            *(["--kubelet-preferred-address-types=InternalIP"] if layout.real_node else []),
+            # The real node's name resolves nowhere: exec, logs and port-forward dial its InternalIP, with a client
+            # certificate (its kubelet lets no one in anonymously: sandboxes reach the node's address).
+            *([
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            ] if layout.real_node else []),
         ]  # fmt: skip
     if name == "kube-controller-manager":
         return [
@@ -148,9 +165,15 @@ def _check_binaries(layout: ClusterLayout) -> None:
         for binary in (layout.node_bin_dir / "kubelet", layout.node_bin_dir / "kube-scheduler"):
             if not os.access(binary, os.X_OK):
                 raise ClusterError(f"{binary} is missing: run `scripts/kube-dev-cluster build --real-node` first")
-        for command in ("containerd", "runc", "ctr", "nsenter"):
+        for command in ("containerd", "runc", "ctr", "nsenter", "ip", "buildah", "debootstrap"):
             if shutil.which(command) is None:
                 raise ClusterError(f"{command} is missing: run `scripts/setup --test` (it installs the real node's)")
+        for plugin in CNI_PLUGINS:
+            if not plugin.exists():
+                raise ClusterError(f"{plugin} is missing: install containernetworking-plugins (scripts/setup --test)")
+        hidden = [path for path in PRIVATE_MOUNTS.values() if layout.state_dir.is_relative_to(path)]
+        if hidden:
+            raise ClusterError(f"a real node's state dir cannot be under {hidden[0]}: the node mounts its own there")
 
 
 def _client(layout: ClusterLayout) -> httpx.Client:
@@ -173,10 +196,7 @@ def up(layout: ClusterLayout) -> Path:
     write_kubeconfigs(layout)
     archives = build_images(layout.node_bin_dir / "pause") if layout.real_node else []
     if layout.real_node:
-        (layout.run / "node-namespace.ready").unlink(missing_ok=True)
-        _start(layout, "node-namespace")
-        _wait(layout, "node-namespace", (layout.run / "node-namespace.ready").exists, 30.0, started)
-        _start(layout, "bridge")
+        _start_namespace(layout, started)
     _start(layout, "etcd")
     _wait(layout, "etcd", lambda: _etcd_healthy(layout), 30.0, started)
     _start(layout, "kube-apiserver")
@@ -196,11 +216,25 @@ def up(layout: ClusterLayout) -> Path:
     return layout.admin_kubeconfig
 
 
+def _start_namespace(layout: ClusterLayout, started: float) -> None:
+    """The namespace holder, then the bridge into it (a bridge into a namespace that is gone starts anew)."""
+    if running_pid(layout.run, "node-namespace") is None:
+        stop_daemon(layout.run, "bridge")
+        (layout.run / "node-namespace.ready").unlink(missing_ok=True)
+        _start(layout, "node-namespace")
+    _wait(layout, "node-namespace", (layout.run / "node-namespace.ready").exists, 30.0, started)
+    if running_pid(layout.run, "bridge") is None:
+        (layout.run / "bridge.ready").unlink(missing_ok=True)
+        _start(layout, "bridge")
+    # Not "the port answers": another cluster's etcd could answer there.
+    _wait(layout, "bridge", (layout.run / "bridge.ready").exists, 30.0, started)
+
+
 def _start_node(layout: ClusterLayout, archives: list[Path], started: float) -> None:
     prepare_node(layout, PAUSE_IMAGE)
     _start(layout, "kube-scheduler")
     _start(layout, "containerd")
-    _wait(layout, "containerd", containerd_socket(layout).exists, 30.0, started)
+    _wait(layout, "containerd", containerd_socket_here(layout).exists, 30.0, started)
     try:
         import_images(layout, archives)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:

@@ -18,6 +18,7 @@ for the RUN steps alone (at /etc/pip-ca.crt, with a pip.conf naming it) and neve
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import os
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import msgspec
 
-__all__ = ["IMAGE_CACHE", "NODE_IMAGES", "PAUSE_IMAGE", "NodeImage", "build_images", "image_archives"]
+__all__ = ["IMAGE_CACHE", "PAUSE_IMAGE", "ImageError", "build_images"]
 
 IMAGE_CACHE = Path(os.environ.get("AGENT_SANDBOX_KUBE_IMAGES", "/var/cache/agent-sandbox/kube-images"))
 _RECIPE = b"kube-images r1"
@@ -125,8 +126,9 @@ def _debootstrap(root: Path) -> None:
 
 
 @contextmanager
-def _working_container() -> Iterator[tuple[str, Path]]:
-    container = _buildah("from", "--pull=never", "scratch")
+def _working_container(base: str = "scratch") -> Iterator[tuple[str, Path]]:
+    """A buildah working container of `base` and where its root is mounted; removed at the end."""
+    container = _buildah("from", "--pull=never", base)
     try:
         yield container, Path(_buildah("mount", container))
     finally:
@@ -140,7 +142,9 @@ def _make_debian(work: Path) -> None:
     try:
         with _working_container() as (container, mounted):
             # cp -a keeps owners, modes, hard links, xattrs (file capabilities) and ACLs.
-            subprocess.run(["cp", "-a", f"{root}/.", f"{mounted}/"], check=True)
+            copied = subprocess.run(["cp", "-a", f"{root}/.", f"{mounted}/"], capture_output=True, text=True)
+            if copied.returncode != 0:
+                raise ImageError(f"copying the root into the image failed: {copied.stderr[-2000:]}")
             _buildah("config", "--env", f"PATH={_PATH}", "--cmd", "bash", container)
             _buildah("commit", "--quiet", container, _DEBIAN)
     finally:
@@ -148,23 +152,14 @@ def _make_debian(work: Path) -> None:
 
 
 def _make_python() -> None:
-    container = _buildah("from", "--pull=never", _DEBIAN)
-    try:
-        _buildah(
-            "run",
-            "--isolation",
-            "chroot",
-            container,
-            "--",
-            "sh",
-            "-c",
-            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
-            " python3 python3-venv python-is-python3 >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*",
-        )
+    install = (
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
+        " python3 python3-venv python-is-python3 >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*"
+    )
+    with _working_container(_DEBIAN) as (container, _):
+        _buildah("run", "--isolation", "chroot", container, "--", "sh", "-c", install)
         _buildah("config", "--env", f"PATH={_PATH}", "--env", "LANG=C.UTF-8", "--cmd", "python3", container)
         _buildah("commit", "--quiet", container, _PYTHON)
-    finally:
-        subprocess.run(["buildah", *_store_args(), "rm", container], capture_output=True)
 
 
 def _make_pause(pause_binary: Path) -> None:
@@ -232,8 +227,17 @@ def build_images(pause_binary: Path) -> list[Path]:
     """Build what is missing or out of date; the OCI archives of every image the node runs (pause first)."""
     if shutil.which("buildah") is None:
         raise ImageError("buildah is missing: run scripts/setup --test (it installs it)")
+    if not pause_binary.exists():
+        raise ImageError(f"{pause_binary} is missing: run `scripts/kube-dev-cluster build --real-node` first")
     IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
     os.chmod(IMAGE_CACHE, 0o700)
+    # One build at a time on the machine: two would race on the archives (one deleting what the other imports).
+    with (IMAGE_CACHE / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_all(pause_binary)
+
+
+def _build_all(pause_binary: Path) -> list[Path]:
     built = _read_built()
     work = IMAGE_CACHE / "work"
     work.mkdir(exist_ok=True)
@@ -249,13 +253,3 @@ def build_images(pause_binary: Path) -> list[Path]:
         _ensure(built, image.name, key, partial(_build_dockerfile, image, work))
         archives.append(_archive(image.name, key))
     return archives
-
-
-def image_archives() -> list[Path]:
-    """The archives `build_images` made last, without building (for `up`, which must not build for minutes)."""
-    built = _read_built()
-    names = [PAUSE_IMAGE, *(image.name for image in NODE_IMAGES)]
-    missing = [name for name in names if name not in built.keys]
-    if missing:
-        raise ImageError(f"not built: {', '.join(missing)}: run `scripts/kube-dev-cluster images` first")
-    return [_archive(name, built.keys[name]) for name in names]

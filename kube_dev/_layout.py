@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import msgspec
 
 __all__ = [
-    "DEFAULT_BIN_DIR", "DEFAULT_NODE_BIN_DIR", "DEFAULT_STATE_DIR", "ClusterLayout", "decode_layout", "encode_layout",
+    "DEFAULT_BIN_DIR", "DEFAULT_NODE_BIN_DIR", "DEFAULT_STATE_DIR", "ClusterLayout", "built_bin_dir", "decode_layout",
+    "encode_layout",
 ]  # fmt: skip
 
 DEFAULT_STATE_DIR = Path("/var/lib/agent-sandbox-kube")
 DEFAULT_BIN_DIR = Path("/var/cache/agent-sandbox/kubernetes/v1.20.2-r1/bin")
 DEFAULT_NODE_BIN_DIR = Path("/var/cache/agent-sandbox/kubernetes/v1.20.2-node-r1/bin")  # build-kubernetes node
 NODE_NAME = "agent-sandbox-dev-node"
+
+
+def built_bin_dir(default: Path) -> Path:
+    """Where scripts/kube/build-kubernetes put the binaries of `default`'s build: under $AGENT_SANDBOX_KUBE_DIR
+    when that is set, as the script reads it."""
+    cache = os.environ.get("AGENT_SANDBOX_KUBE_DIR")
+    return Path(cache) / default.parent.name / "bin" if cache else default
 
 
 class ClusterLayout(msgspec.Struct, frozen=True, kw_only=True):

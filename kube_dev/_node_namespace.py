@@ -1,10 +1,11 @@
 """The real node's own network and mount namespace, held by one process (`python -m kube_dev node-namespace`).
 
 Everything of a real-node cluster (etcd, the apiserver, the scheduler, containerd, the kubelet, the pods)
-runs in it, so nothing on the machine is touched: its loopback is private (the default ports never clash
-with another cluster), the node's address is a veth pair whose both ends stay inside (the kubelet refuses a
-loopback node IP, and this kernel may have no `dummy` driver), and the paths the kubelet and containerd
-hard-code (`/var/log/pods`, `/run/containerd`) are bind mounts of the state dir's own directories.
+runs in it, so nothing on the machine is touched: its loopback is private (only the bridged apiserver and
+etcd ports are taken here, `_bridge`), the node's address is a veth pair whose both ends stay inside (the
+kubelet refuses a loopback node IP, and this kernel may have no `dummy` driver), and the paths the kubelet
+and containerd hard-code (`/var/log/pods`, `/run/containerd`, `/var/lib/cni`) are bind mounts of the state dir's own
+directories.
 
 The kubelet *writes* six kernel tunables at start (`setupKernelTunables`), and sysctls are not covered by
 these namespaces: a write would change the whole machine (`kernel.panic_on_oops=1` would panic it on any
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from kube_dev._layout import ClusterLayout
 
-__all__ = ["KUBELET_SYSCTLS", "enter_net", "hold_namespace", "nsenter_argv"]
+__all__ = ["KUBELET_SYSCTLS", "PRIVATE_MOUNTS", "enter_net", "hold_namespace", "nsenter_argv"]
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
@@ -33,6 +34,10 @@ KUBELET_SYSCTLS = {
     "vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10", "kernel/panic_on_oops": "1",
     "kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000",
 }  # fmt: skip
+
+
+# The paths containerd and the kubelet hard-code, each a directory of the node's own (under `node_dir`) inside.
+PRIVATE_MOUNTS = {"var-log": "/var/log", "run": "/run", "var-lib-cni": "/var/lib/cni"}
 
 
 def _check(result: int, what: str) -> None:
@@ -46,9 +51,10 @@ def enter_net(fd: int) -> None:
     _check(_libc.setns(fd, _CLONE_NEWNET), "setns")
 
 
-def nsenter_argv(holder: int) -> list[str]:
-    """The prefix that runs a command inside the holder's namespaces (nsenter execs: the pid stays the command's)."""
-    return ["nsenter", "-t", str(holder), "-n", "-m", "--"]
+def nsenter_argv(holder: int, *, mount: bool = True) -> list[str]:
+    """The prefix that runs a command inside the holder's namespaces (nsenter execs: the pid stays the command's);
+    without `mount`, in its network namespace alone (a gateway: it needs the pods' addresses, not the paths)."""
+    return ["nsenter", "-t", str(holder), "-n", *(["-m"] if mount else []), "--"]
 
 
 def _run(*argv: str) -> None:
@@ -77,11 +83,14 @@ def hold_namespace(layout: ClusterLayout) -> int:
         shadow.parent.mkdir(parents=True, exist_ok=True)
         shadow.write_text(value + "\n")
         _bind(shadow, f"/proc/sys/{name}")
-    for directory, target in ((node / "var-log", "/var/log"), (node / "run", "/run")):
+    # libcni's cache (/var/lib/cni, fixed in containerd 1.6) is kept too: a container killed without a CNI DEL
+    # leaves its result there. The empty mount point is the one thing left on the machine.
+    Path("/var/lib/cni").mkdir(parents=True, exist_ok=True)
+    for name, target in PRIVATE_MOUNTS.items():
+        directory = node / name
         directory.mkdir(parents=True, exist_ok=True)
         _bind(directory, target)
     Path("/run/lock").mkdir(exist_ok=True)
     (layout.run / "node-namespace.ready").write_text(f"{os.getpid()}\n")
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    while True:
+    while True:  # SIGTERM's default action ends it
         signal.pause()

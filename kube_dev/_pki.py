@@ -44,18 +44,28 @@ def _make_ca_and_server_cert(pki: Path, node_ip: str) -> None:
         "-subj", "/CN=agent-sandbox-dev-ca", "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=pki,
     )  # fmt: skip
-    (pki / "server.ext").write_text(
-        # A real node's pods reach the apiserver at the node's address (there is no kube-proxy for 10.0.0.1).
-        f"subjectAltName={_SERVER_NAMES},IP:{node_ip}\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\nauthorityKeyIdentifier=keyid\n"
+    # A real node's pods reach the apiserver at the node's address (there is no kube-proxy for 10.0.0.1).
+    _sign(
+        pki,
+        "apiserver",
+        "/CN=kube-apiserver",
+        f"subjectAltName={_SERVER_NAMES},IP:{node_ip}\nextendedKeyUsage=serverAuth",
+    )
+
+
+def _sign(pki: Path, stem: str, subject: str, extensions: str) -> None:
+    """`stem`.key and `stem`.crt, signed by the CA for 10 years with `extensions` (openssl's x509v3 syntax)."""
+    (pki / f"{stem}.ext").write_text(
+        f"{extensions}\nkeyUsage=critical,digitalSignature,keyEncipherment\nbasicConstraints=CA:FALSE\n"
+        "authorityKeyIdentifier=keyid\n"
     )
     _openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
-        "-subj", "/CN=kube-apiserver", cwd=pki,
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", subject,
+        cwd=pki,
     )  # fmt: skip
     _openssl(
-        "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "apiserver.crt", "-days", "3650", "-extfile", "server.ext", cwd=pki,
+        "x509", "-req", "-in", f"{stem}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", f"{stem}.crt", "-days", "3650", "-extfile", f"{stem}.ext", cwd=pki,
     )  # fmt: skip
 
 
@@ -79,6 +89,10 @@ def ensure_pki(layout: ClusterLayout) -> None:
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
     if not (pki / "tokens.csv").exists():
         _write_tokens(pki / "tokens.csv")
+    if not (pki / "kubelet-client.crt").exists():  # the apiserver's identity to a real kubelet (exec, logs)
+        _sign(
+            pki, "kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "extendedKeyUsage=clientAuth"
+        )
 
 
 def read_token(layout: ClusterLayout, user: str) -> str:

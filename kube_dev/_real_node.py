@@ -6,7 +6,8 @@ shared/reference/k8s-real-node.md §2; the choices that are not obvious:
 
 - containerd's `restrict_oom_score_adj`: without CAP_SYS_RESOURCE the kubelet's -998 for the pause
   container cannot be set; `netns_mounts_under_state_dir`: pod namespaces stay in the state dir.
-- the CNI bridge exists only in the namespace, with no masquerade and no route out.
+- the CNI bridge exists only in the namespace, with no masquerade and no route out: pods reach the node's
+  address (the apiserver listens there for in-cluster clients) and each other.
 - the kubelet's cgroup root is a cgroupfs one (PID 1 need not be systemd), unique per state dir, made in
   every v1 hierarchy (a v1 cpuset starts empty: cpus and mems are copied in) or as one cgroup2 directory.
 - images are never collected (`--image-gc-high-threshold=100`): the imported ones cannot be pulled again.
@@ -22,14 +23,17 @@ import subprocess
 import time
 from pathlib import Path
 
+from kube_dev._daemons import running_pid
 from kube_dev._layout import ClusterLayout
+from kube_dev._node_namespace import nsenter_argv
 
 __all__ = [
-    "CNI_BIN_DIR", "cgroup_dirs", "containerd_argv", "import_images", "kubelet_argv", "prepare_node",
+    "CNI_PLUGINS", "containerd_argv", "containerd_socket_here", "import_images", "kubelet_argv", "prepare_node",
     "scheduler_argv", "sweep_node",
 ]  # fmt: skip
 
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins (upstream's is /opt/cni/bin)
+CNI_PLUGINS = [CNI_BIN_DIR / name for name in ("bridge", "host-local", "loopback")]
 _CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -38,7 +42,15 @@ def _containerd_dir(layout: ClusterLayout) -> Path:
 
 
 def containerd_socket(layout: ClusterLayout) -> Path:
-    return _containerd_dir(layout) / "containerd.sock"
+    """The socket as the node sees it: in its own /run, as a state dir's path could pass the 108 bytes a Unix
+    socket's may have (containerd's `.ttrpc` one beside it fails first), and named after the node, so its
+    shims' command lines name this node alone."""
+    return Path("/run/containerd") / f"{layout.cgroup_name}.sock"
+
+
+def containerd_socket_here(layout: ClusterLayout) -> Path:
+    """The same socket as this machine's mount namespace sees it (the node's /run is its `run` directory)."""
+    return layout.node_dir / "run" / containerd_socket(layout).relative_to("/run")
 
 
 def _containerd_config(layout: ClusterLayout, pause_image: str) -> str:
@@ -76,17 +88,20 @@ def _cni_config(layout: ClusterLayout) -> dict[str, object]:
         "cniVersion": "0.4.0", "name": "agent-sandbox-node",
         "plugins": [{
             "type": "bridge", "bridge": "cni-node0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+            # A route to the node's address (the apiserver's, as a real cluster's pods reach theirs), none out.
             "ipam": {"type": "host-local", "ranges": [[{"subnet": layout.pod_cidr}]],
-                     "dataDir": str(layout.node_dir / "cni" / "ipam")},
+                     "routes": [{"dst": f"{layout.node_ip}/32"}], "dataDir": str(layout.node_dir / "cni" / "ipam")},
         }],
     }  # fmt: skip
 
 
-def cgroup_dirs(layout: ClusterLayout) -> list[Path]:
-    """The kubelet's cgroup root in every hierarchy it needs (cgroup v1: each one but `unified`)."""
+def cgroup_dirs(layout: ClusterLayout, *, every: bool = False) -> list[Path]:
+    """The kubelet's cgroup root in every hierarchy it needs made (cgroup v1: each one but the cgroup2 one,
+    `unified`); with `every`, in that one too (runc makes the pods' there as well)."""
     if (_CGROUP / "cgroup.controllers").exists():  # a pure cgroup2 machine
         return [_CGROUP / layout.cgroup_name]
-    return [h / layout.cgroup_name for h in sorted(_CGROUP.iterdir()) if h.is_dir() and h.name != "unified"]
+    hierarchies = (h for h in sorted(_CGROUP.iterdir()) if h.is_dir() and (every or h.name != "unified"))
+    return [h / layout.cgroup_name for h in hierarchies]
 
 
 def prepare_node(layout: ClusterLayout, pause_image: str) -> None:
@@ -95,6 +110,9 @@ def prepare_node(layout: ClusterLayout, pause_image: str) -> None:
     for d in (c / "root", c / "state", c / "runc", layout.node_dir / "cni" / "net.d", layout.node_dir / "kubelet"):
         d.mkdir(parents=True, exist_ok=True)
     (c / "config.toml").write_text(_containerd_config(layout, pause_image))
+    containerd_socket_here(layout).unlink(missing_ok=True)  # a killed containerd's: `up` waits for the new one
+    # The machine's resolver config, read here: inside, /etc/resolv.conf may point into the node's own /run.
+    (layout.node_dir / "resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
     (layout.node_dir / "cni" / "net.d" / "10-agent-sandbox-node.conflist").write_text(json.dumps(_cni_config(layout)))
     for d in cgroup_dirs(layout):
         d.mkdir(exist_ok=True)
@@ -123,6 +141,10 @@ def kubelet_argv(layout: ClusterLayout) -> list[str]:
         "--runtime-request-timeout=5m", f"--root-dir={kubelet}", f"--cert-dir={kubelet / 'pki'}",
         f"--volume-plugin-dir={kubelet / 'volume-plugins'}", f"--address={layout.node_ip}", "--port=10250",
         "--read-only-port=0", "--healthz-bind-address=127.0.0.1", "--healthz-port=10248",
+        # Pods reach the node's address: its API (exec into any pod) takes the apiserver's client certificate
+        # only, and asks the apiserver what each caller may do.
+        "--anonymous-auth=false", "--authorization-mode=Webhook", f"--client-ca-file={layout.pki / 'ca.crt'}",
+        f"--resolv-conf={layout.node_dir / 'resolv.conf'}",
         "--cgroup-driver=cgroupfs", f"--cgroup-root=/{layout.cgroup_name}", "--fail-swap-on=false",
         "--make-iptables-util-chains=false", "--protect-kernel-defaults=false",
         "--image-gc-high-threshold=100", "--image-gc-low-threshold=99", "--eviction-hard=memory.available<100Mi",
@@ -131,7 +153,11 @@ def kubelet_argv(layout: ClusterLayout) -> list[str]:
 
 
 def _ctr(layout: ClusterLayout, *args: str, timeout: float = 300) -> str:
-    argv = ["ctr", "-a", str(containerd_socket(layout)), "-n", "k8s.io", *args]
+    """ctr on the node's containerd, run inside the node (the socket's path here may be too long to dial)."""
+    holder = running_pid(layout.run, "node-namespace")
+    if holder is None:
+        raise RuntimeError("the node's namespace is gone")
+    argv = [*nsenter_argv(holder), "ctr", "-a", str(containerd_socket(layout)), "-n", "k8s.io", *args]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"ctr {' '.join(args[:2])}: {result.stderr.strip()}")
@@ -139,9 +165,9 @@ def _ctr(layout: ClusterLayout, *args: str, timeout: float = 300) -> str:
 
 
 def import_images(layout: ClusterLayout, archives: list[Path]) -> None:
-    """Import the OCI archives into the node's containerd (a Unix socket: reachable from outside the namespace)."""
+    """Import the OCI archives into the node's containerd."""
     for archive in archives:
-        _ctr(layout, "images", "import", "--no-unpack=false", str(archive))
+        _ctr(layout, "images", "import", str(archive))
 
 
 def sweep_node(layout: ClusterLayout) -> None:
@@ -157,7 +183,7 @@ def sweep_node(layout: ClusterLayout) -> None:
             with contextlib.suppress(OSError):
                 if socket in (proc / "cmdline").read_bytes().decode(errors="replace"):
                     os.kill(int(proc.name), signal.SIGKILL)  # a shim of this node's containerd
-    for root in cgroup_dirs(layout):
+    for root in cgroup_dirs(layout, every=True):
         _remove_cgroup_tree(root)
 
 

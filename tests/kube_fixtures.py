@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from kube_dev._control_plane import load_layout
-from kube_dev._layout import DEFAULT_BIN_DIR, ClusterLayout
+from kube_dev._layout import DEFAULT_BIN_DIR, ClusterLayout, built_bin_dir
 from kube_dev._pki import read_token
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, free_port
@@ -64,8 +64,7 @@ class Kube:
 
 
 def require_binaries() -> None:
-    cache = os.environ.get("AGENT_SANDBOX_KUBE_DIR")  # as scripts/kube-dev-cluster reads it
-    bin_dir = Path(cache) / DEFAULT_BIN_DIR.parent.name / "bin" if cache else DEFAULT_BIN_DIR
+    bin_dir = built_bin_dir(DEFAULT_BIN_DIR)
     missing = [p for p in (bin_dir / "kube-apiserver", Path("/usr/bin/etcd")) if not p.exists()]
     if missing:
         message = f"the dev cluster is not built ({', '.join(map(str, missing))}): run scripts/kube-dev-cluster build"

@@ -27,7 +27,9 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only
 
 from kube_dev._control_plane import load_layout
 from kube_dev._daemons import running_pid
-from kube_dev._layout import DEFAULT_NODE_BIN_DIR
+from kube_dev._layout import DEFAULT_NODE_BIN_DIR, built_bin_dir
+from kube_dev._node_namespace import nsenter_argv
+from kube_dev._real_node import CNI_PLUGINS
 from tests.kube_fixtures import SCRIPT, Kube, free_port_pair, require_binaries
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, RunningServer, free_port, running_server, stop_process
@@ -49,7 +51,7 @@ class RealNode:
 
     def in_namespace(self) -> list[str]:
         """The prefix that runs a command in the node's network namespace."""
-        return ["nsenter", "-t", str(self.holder), "-n", "--"]
+        return nsenter_argv(self.holder, mount=False)
 
     @contextlib.contextmanager
     def bridged(self, port: int, target: str = "") -> Iterator[int]:
@@ -75,9 +77,9 @@ def _listening(port: int) -> bool:
 
 def require_real_node() -> None:
     require_binaries()
-    cache = os.environ.get("AGENT_SANDBOX_KUBE_DIR")
-    node_bin = Path(cache) / DEFAULT_NODE_BIN_DIR.parent.name / "bin" if cache else DEFAULT_NODE_BIN_DIR
-    missing = [str(p) for p in (node_bin / "kubelet", node_bin / "kube-scheduler") if not p.exists()]
+    node_bin = built_bin_dir(DEFAULT_NODE_BIN_DIR)
+    needed = [node_bin / "kubelet", node_bin / "kube-scheduler", node_bin / "pause", *CNI_PLUGINS]
+    missing = [str(p) for p in needed if not p.exists()]
     missing += [tool for tool in ("containerd", "runc", "buildah", "nsenter") if shutil.which(tool) is None]
     if missing:
         message = f"the real node is not built ({', '.join(missing)}): run scripts/kube-dev-cluster build --real-node"

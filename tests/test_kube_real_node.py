@@ -9,9 +9,11 @@ snapshot to zero resumes in a new pod (the resume bug of shared/reference/k8s-re
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,14 @@ import httpx
 import pytest
 from e2b import CommandExitException, Sandbox
 
+from kube_dev._control_plane import load_layout
+from kube_dev._node_namespace import KUBELET_SYSCTLS
 from tests import real_node_fixtures
+from tests.kube_fixtures import SCRIPT, Kube, free_port_pair
 from tests.polling import wait_for
-from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates
+from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates, require_real_node
 from tests.scale_to_zero_fixtures import sandboxes_by_state
-from tests.server_fixtures import RunningServer, point_e2b_at
+from tests.server_fixtures import RunningServer, free_port, point_e2b_at
 
 real_node = real_node_fixtures.real_node
 
@@ -111,6 +116,21 @@ def test_a_sandbox_is_the_images_entrypoint_as_uid_1000_under_seccomp_with_its_l
         sbx.kill()
 
 
+def test_a_sandbox_reaches_the_nodes_apis_but_may_do_nothing_there(real_node: RealNode) -> None:
+    """The node's address is reachable from pods (in-cluster clients dial the apiserver there): the kubelet takes
+    no anonymous caller (else any sandbox could exec into any other), and the apiserver gives one nothing."""
+    layout = real_node.kube.layout
+    sbx = Sandbox.create(timeout=120)
+    try:
+        status = "curl -sk -o /dev/null -w '%{http_code}' -m 10"
+        kubelet = sbx.commands.run(f"{status} https://{layout.node_ip}:10250/pods").stdout
+        assert kubelet == "401"
+        apiserver = sbx.commands.run(f"{status} https://{layout.node_ip}:{layout.apiserver_port}/api/v1/pods").stdout
+        assert apiserver == "403"
+    finally:
+        sbx.kill()
+
+
 def test_an_allocation_past_the_memory_limit_is_an_oom_kill_of_that_command_alone() -> None:
     sbx = Sandbox.create(timeout=120)
     try:
@@ -184,3 +204,49 @@ def test_an_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
                 sbx.kill()
     finally:
         real_node.kube.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def _machine_state() -> dict[str, object]:
+    """What a real node must leave as it found it: links, the kernel tunables the kubelet wants, mounts, CNI's cache."""
+    cni_results = Path("/var/lib/cni/results")
+    return {
+        "links": sorted(p.name for p in Path("/sys/class/net").iterdir()),
+        "sysctls": {name: Path(f"/proc/sys/{name}").read_text() for name in KUBELET_SYSCTLS},
+        "mounts": sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
+        "cni": sorted(p.name for p in cni_results.iterdir()) if cni_results.is_dir() else [],
+    }
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if text in cmdline:
+                    found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def test_a_real_node_leaves_nothing_behind_when_it_goes_down(tmp_path: Path) -> None:
+    require_real_node()
+    before = _machine_state()
+    state = tmp_path / "cluster"
+    ports = ["--port", str(free_port()), "--etcd-port", str(free_port_pair())]
+    up = subprocess.run([str(SCRIPT), "up", "--real-node", "--state-dir", str(state), *ports], capture_output=True,
+                        text=True, timeout=600)  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr[-4000:]
+        kube = Kube(load_layout(state), state / "admin.kubeconfig")
+        kube.kubectl("run", "leftover", "--image", "agent-sandbox/sandbox-base:0.1.0", "--restart", "Never")
+        wait_for(lambda: kube.kubectl("get", "pod", "leftover", "-o", "jsonpath={.status.phase}") == "Running",
+                 what="a pod running on the node")  # fmt: skip
+        assert _processes_naming(str(state))  # its daemons and the pod's shim run
+    finally:
+        down = subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert _processes_naming(str(state)) == []  # no daemon, shim or container of it
+    cgroup_name = kube.layout.cgroup_name
+    assert [str(d) for d in Path("/sys/fs/cgroup").glob(f"*/{cgroup_name}")] == []  # v1 hierarchies and unified
+    assert not Path(f"/sys/fs/cgroup/{cgroup_name}").exists()
+    assert _machine_state() == before
