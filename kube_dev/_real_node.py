@@ -107,7 +107,7 @@ def cgroup_dirs(layout: ClusterLayout, *, every: bool = False) -> list[Path]:
 def prepare_node(layout: ClusterLayout, pause_image: str) -> None:
     """Write containerd's and the CNI's configuration and make the kubelet's cgroup root."""
     c = _containerd_dir(layout)
-    for d in (c / "root", c / "state", c / "runc", layout.node_dir / "cni" / "net.d", layout.node_dir / "kubelet"):
+    for d in (c / "root", c / "state", c / "runc", layout.node_dir / "cni" / "net.d"):
         d.mkdir(parents=True, exist_ok=True)
     (c / "config.toml").write_text(_containerd_config(layout, pause_image))
     containerd_socket_here(layout).unlink(missing_ok=True)  # a killed containerd's: `up` waits for the new one
@@ -133,7 +133,9 @@ def scheduler_argv(layout: ClusterLayout) -> list[str]:
 
 
 def kubelet_argv(layout: ClusterLayout) -> list[str]:
-    kubelet = layout.node_dir / "kubelet"
+    # In the node's own /run (its `run` directory): the kubelet makes Unix sockets under its root dir, which a
+    # state dir's path could make longer than a socket's may be.
+    kubelet = Path("/run/kubelet")
     return [
         str(layout.node_bin_dir / "kubelet"), f"--kubeconfig={layout.kubeconfig('kubelet')}",
         f"--hostname-override={layout.node_name}", f"--node-ip={layout.node_ip}",

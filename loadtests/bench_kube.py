@@ -5,19 +5,26 @@ end), a namespace in it, and `agent-sandbox serve --runtime kubernetes --warm ba
 pauses off: only E2B's pause scales a sandbox to zero). Then, in rounds, through the E2B REST API and the
 gateway's data plane, in raw HTTP (nothing retried or pooled):
 
-    cold-create          POST /v2/sandboxes -> 201 for `sandbox-base-node`, which has no warm pool (the baseline;
-                         the dev cluster's stand-in kubelet runs every template's executor alike); `+cmd`: then
-                         `echo hi` through envd's Process/Start
+    cold-create          POST /v2/sandboxes -> 201 for a template with no warm pool (the baseline): on the stand-in
+                         `sandbox-base-node` (its kubelet runs every template's executor alike), on the real node
+                         `base-cold`, `base`'s image under another name; `+cmd`: then `echo hi` through envd's
+                         Process/Start
     warm-claim           the same for `base`, its pool full: the create claims a warm pod
     running-get          first byte of GET envd /health (port ENVD_PORT, Host `<ENVD_PORT>-<id>.sandbox.localhost`) on a
                          running sandbox (the baseline of the resumes)
-    resume-held-get      the same GET on a sandbox E2B's pause scaled to zero (`autoResume`: the request wakes it)
+    pause                POST /sandboxes/{id}/pause until the sandbox is paused: its files archived, scaled to zero
+    resume-held-get      the same GET on a sandbox E2B's pause scaled to zero (`autoResume`: the request wakes it):
+                         the first byte after a wake
     resume-connect       POST /sandboxes/{id}/connect -> 201 on such a sandbox; `+get`: then that GET's first byte
+
+With `--real-node` it measures the stand-in's cluster and then a real node's (`up --real-node`: a real kubelet +
+containerd running the images of deploy/Dockerfile.*, sandboxes as `user`, the gateway in the node's namespace)
+in the same run, and prints both with the real node's p50 over the stand-in's.
 
 Every timed step starts with the pool full, no refill starting, and no sandbox pod but the one it measures, so
 each figure is one operation on an otherwise idle cluster. The first round warms caches and is not counted.
 
-    .venv/bin/python -m loadtests.bench_kube --runs 20 --warm 2
+    .venv/bin/python -m loadtests.bench_kube --runs 20 --warm 2 [--real-node]
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import httpx
@@ -41,10 +48,12 @@ from loadtests._stats import percentile
 from loadtests.bench_create import _first_command
 from tests.kube_fixtures import SCRIPT, Kube, free_port_pair
 from tests.polling import wait_for
+from tests.real_node_fixtures import RealNode, install_templates
 from tests.scale_to_zero_fixtures import host, metric
 from tests.server_fixtures import RunningServer, free_port, running_server
 
 COLD_TEMPLATE = "sandbox-base-node"
+REAL_NODE_COLD = "base-cold"  # the real node has sandbox-base's image alone: `base` again, with no pool
 _AUTO_RESUME = {"onTimeout": "pause", "autoResume": True}
 SERIES = {
     "cold-create": "cold create -> 201 (no pool, BASELINE)",
@@ -52,6 +61,7 @@ SERIES = {
     "warm-claim": "warm claim -> 201 (base)",
     "warm-claim+cmd": "warm claim + first command",
     "running-get": "data-plane GET, running (BASELINE)",
+    "pause": "pause -> paused (archive, zero pods)",
     "resume-held-get": "held data-plane GET, scaled to zero",
     "resume-connect": "connect -> 201, scaled to zero",
     "resume-connect+get": "connect + data-plane GET first byte",
@@ -60,13 +70,13 @@ Series = dict[str, list[float]]
 
 
 @contextmanager
-def dev_cluster(state: Path) -> Iterator[Kube]:
-    """A cluster of its own (`up`), stopped with `down` however the block ends."""
-    up = [str(SCRIPT), "up", "--state-dir", str(state), "--port", str(free_port())]
+def dev_cluster(state: Path, *, real_node: bool = False) -> Iterator[Kube]:
+    """A cluster of its own (`up`, with a real node if asked), stopped with `down` however the block ends."""
+    up = [str(SCRIPT), "up", "--state-dir", str(state), "--port", str(free_port()), *(["--real-node"] * real_node)]
     state.mkdir()
     try:
         started = subprocess.run(
-            [*up, "--etcd-port", str(free_port_pair())], capture_output=True, text=True, timeout=300
+            [*up, "--etcd-port", str(free_port_pair())], capture_output=True, text=True, timeout=1200
         )
         if started.returncode != 0:
             raise RuntimeError(f"kube-dev-cluster up failed ({started.returncode}):\n{started.stderr}")
@@ -107,8 +117,10 @@ def data_plane_get(gateway_port: int, sandbox_id: str) -> tuple[float, float]:
 class Bench:
     """One server's E2B API and data plane, and the cluster beside it, measured into `series`."""
 
-    def __init__(self, server: RunningServer, api: httpx.Client, cluster: httpx.Client, namespace: str) -> None:
-        self.server, self.api, self.cluster = server, api, cluster
+    def __init__(
+        self, server: RunningServer, api: httpx.Client, cluster: httpx.Client, namespace: str, cold_template: str
+    ) -> None:
+        self.server, self.api, self.cluster, self.cold_template = server, api, cluster, cold_template
         self.pods = f"/api/v1/namespaces/{namespace}/pods"
         self.live: set[str] = set()  # created and not killed yet: killed at the end whatever happens
 
@@ -137,8 +149,9 @@ class Bench:
         series[f"{name}+cmd"].append((time.perf_counter() - began) * 1000)
         return sandbox_id
 
-    def pause(self, sandbox_id: str) -> None:
-        """E2B's pause: the sandbox's files archived and its ReplicaSet scaled to zero."""
+    def pause(self, sandbox_id: str, series: Series | None = None) -> None:
+        """E2B's pause: the sandbox's files archived and its ReplicaSet scaled to zero (timed into `pause`)."""
+        began = time.perf_counter()
         paused = self.api.post(f"/sandboxes/{sandbox_id}/pause")
         if paused.status_code != 204:
             raise RuntimeError(f"pause {sandbox_id}: {paused.status_code} {paused.text}")
@@ -147,6 +160,8 @@ class Bench:
             return bool(self.api.get(f"/sandboxes/{sandbox_id}").json().get("state") == "paused")
 
         wait_for(paused_now, what=f"{sandbox_id} to be paused", within=60)
+        if series is not None:
+            series["pause"].append((time.perf_counter() - began) * 1000)
 
     def connect(self, sandbox_id: str, series: Series) -> None:
         began = time.perf_counter()
@@ -167,12 +182,12 @@ class Bench:
 
     def round(self, warm: int, series: Series) -> None:
         self.settle(warm, 0)
-        self.kill(self.create(COLD_TEMPLATE, series, "cold-create"))
+        self.kill(self.create(self.cold_template, series, "cold-create"))
         self.settle(warm, 0)
         sandbox_id = self.create("base", series, "warm-claim")
         self.settle(warm, 1)
         self.get(sandbox_id, series, "running-get")
-        self.pause(sandbox_id)
+        self.pause(sandbox_id, series)
         self.settle(warm, 0)
         self.get(sandbox_id, series, "resume-held-get")
         self.pause(sandbox_id)
@@ -181,20 +196,36 @@ class Bench:
         self.kill(sandbox_id)
 
 
-def measure(kube: Kube, runs: int, warm: int, tmp: Path) -> Series:
+def _real_node_templates(directory: Path) -> Path:
+    """install.yaml's templates (their images are the Dockerfiles'), and `base` again as `base-cold`."""
+    templates = install_templates(directory)
+    base = (templates / "base.toml").read_text()
+    (templates / f"{REAL_NODE_COLD}.toml").write_text(base.replace('name = "base"', f'name = "{REAL_NODE_COLD}"', 1))
+    return templates
+
+
+def measure(kube: Kube, runs: int, warm: int, tmp: Path, *, real_node: bool = False) -> Series:
     namespace = new_namespace(kube)
     args = ["--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", namespace,
-            "--kube-sandbox-user", "root", "--warm", f"base={warm}",
-            "--pause-after", "0", "--snapshot-after", "0"]  # fmt: skip
-    env = {"AGENT_SANDBOX_API_KEY": f"e2b_{secrets.token_hex(16)}"}
+            "--warm", f"base={warm}", "--pause-after", "0", "--snapshot-after", "0"]  # fmt: skip
+    if real_node:
+        node = RealNode(kube)
+        args += ["--templates", str(_real_node_templates(tmp / "templates"))]
+        server_port = free_port()
+        serving = running_server(tmp / "data", *args, env=env_key(), port=server_port, wrap=node.in_namespace())
+        bridge: AbstractContextManager[object] = node.bridged(server_port)
+    else:  # the stand-in runs executors on the host, which has no `user` account
+        serving = running_server(tmp / "data", *args, "--kube-sandbox-user", "root", env=env_key())
+        bridge = nullcontext()
     series: Series = {name: [] for name in SERIES}
     try:
         with (
-            running_server(tmp / "data", *args, env=env) as server,
+            bridge,
+            serving as server,
             httpx.Client(base_url=server.url, headers={"X-API-Key": server.api_key}, timeout=180) as api,
             kube.client() as cluster,
         ):
-            bench = Bench(server, api, cluster, namespace)
+            bench = Bench(server, api, cluster, namespace, REAL_NODE_COLD if real_node else COLD_TEMPLATE)
             try:
                 bench.round(warm, {name: [] for name in SERIES})  # warm-up, not counted
                 for _ in range(runs):
@@ -210,32 +241,62 @@ def measure(kube: Kube, runs: int, warm: int, tmp: Path) -> Series:
     return series
 
 
-def report(series: Series, warm: int) -> None:
-    print(f"Kubernetes dev cluster; warm pool base={warm}, cold creates use {COLD_TEMPLATE}; ratios are p50 / p50")
-    print(f"{'series':<20} {'what':<40} {'n':>4} {'p50':>9} {'p90':>9} {'p99':>9}  (ms)")
-    for name, label in SERIES.items():
-        values = series[name]
-        figures = " ".join(f"{percentile(values, q):9.1f}" for q in (50, 90, 99))
-        print(f"{name:<20} {label:<40} {len(values):>4} {figures}")
-    p50 = {name: percentile(values, 50) for name, values in series.items()}
+def env_key() -> dict[str, str]:
+    return {"AGENT_SANDBOX_API_KEY": f"e2b_{secrets.token_hex(16)}"}
+
+
+def _row(values: list[float]) -> str:
+    return f"{len(values):>4} " + " ".join(f"{percentile(values, q):9.1f}" for q in (50, 90, 99))
+
+
+def report(series: Series, warm: int, real: Series | None = None) -> None:
     print(
-        f"ratios: cold/warm create x{p50['cold-create'] / p50['warm-claim']:.2f}, "
-        f"cold/warm create+cmd x{p50['cold-create+cmd'] / p50['warm-claim+cmd']:.2f}, "
-        f"held resume/running x{p50['resume-held-get'] / p50['running-get']:.1f}, "
-        f"connect+get/running x{p50['resume-connect+get'] / p50['running-get']:.1f}"
+        f"Kubernetes dev cluster; warm pool base={warm}, cold creates use a template with no pool; ratios are p50 / p50"
     )
+    header = f"{'series':<20} {'what':<40} {'n':>4} {'p50':>9} {'p90':>9} {'p99':>9}"
+    if real is None:
+        print(f"{header}  (ms)")
+    else:
+        print(f"{header}  | real node: {'n':>4} {'p50':>9} {'p90':>9} {'p99':>9}  real/stand-in p50  (ms)")
+    for name, label in SERIES.items():
+        line = f"{name:<20} {label:<40} {_row(series[name])}"
+        if real is not None:
+            ratio = percentile(real[name], 50) / percentile(series[name], 50)
+            line += f"  | real node: {_row(real[name])}  x{ratio:.2f}"
+        print(line)
+    for name, figures in (("stand-in", series), ("real node", real)):
+        if figures is None:
+            continue
+        p50 = {key: percentile(values, 50) for key, values in figures.items()}
+        print(
+            f"ratios ({name}): cold/warm create x{p50['cold-create'] / p50['warm-claim']:.2f}, "
+            f"cold/warm create+cmd x{p50['cold-create+cmd'] / p50['warm-claim+cmd']:.2f}, "
+            f"held resume/running x{p50['resume-held-get'] / p50['running-get']:.1f}, "
+            f"connect+get/running x{p50['resume-connect+get'] / p50['running-get']:.1f}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warm", type=int, default=2, help="warm pods kept ready for `base` (at least 1)")
+    parser.add_argument(
+        "--real-node", action="store_true",
+        help="also measure a real node (kubelet + containerd, the Dockerfiles' images), printed beside the stand-in",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.runs < 1 or args.warm < 1:
         parser.error("--runs and --warm must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp, dev_cluster(Path(tmp) / "cluster") as kube:
         series = measure(kube, args.runs, args.warm, Path(tmp))
-    report(series, args.warm)
+    real = None
+    if args.real_node:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-kube-real-") as tmp,
+            dev_cluster(Path(tmp) / "cluster", real_node=True) as kube,
+        ):
+            real = measure(kube, args.runs, args.warm, Path(tmp), real_node=True)
+    report(series, args.warm, real)
 
 
 if __name__ == "__main__":

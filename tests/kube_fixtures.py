@@ -8,6 +8,7 @@ tests skip, except under CI=true, where they fail: CI must prove what they check
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -27,7 +28,9 @@ from kube_dev._pki import read_token
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, free_port
 
-__all__ = ["SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "require_binaries"]
+__all__ = [
+    "SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "live_pods", "require_binaries",
+]  # fmt: skip
 
 SCRIPT = REPO / "scripts" / "kube-dev-cluster"
 
@@ -38,6 +41,11 @@ class Kube:
 
     layout: ClusterLayout
     kubeconfig: Path
+
+    @property
+    def on_real_node(self) -> bool:
+        """A cluster of `up --real-node` (tests/real_node_fixtures.py), not the stand-in kubelet's."""
+        return self.layout.real_node
 
     @property
     def admin_token(self) -> str:
@@ -61,6 +69,17 @@ class Kube:
         )  # fmt: skip
         assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
         return result.stdout
+
+
+def live_pods(kube: Kube, namespace: str, sandbox_id: str) -> list[str]:
+    """The sandbox's pods that may still run something: a real kubelet keeps a deleted pod whose containers all
+    ended for up to 10 s more (its status manager's sync period), which counts as gone, as the runtime counts it."""
+    raw = kube.kubectl("get", "pods", "-n", namespace, "-l", f"agent-sandbox.dev/sandbox-id={sandbox_id}", "-o", "json")
+    return [
+        pod["metadata"]["name"] for pod in json.loads(raw)["items"]
+        if not pod["metadata"].get("deletionTimestamp")
+        or not all("terminated" in c["state"] for c in pod["status"].get("containerStatuses") or [{"state": {}}])
+    ]  # fmt: skip
 
 
 def require_binaries() -> None:

@@ -25,7 +25,7 @@ from e2b import CommandExitException, Sandbox
 from kube_dev._control_plane import load_layout
 from kube_dev._node_namespace import KUBELET_SYSCTLS
 from tests import real_node_fixtures
-from tests.kube_fixtures import SCRIPT, Kube, free_port_pair
+from tests.kube_fixtures import SCRIPT, Kube, free_port_pair, live_pods
 from tests.polling import wait_for
 from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates, require_real_node
 from tests.scale_to_zero_fixtures import sandboxes_by_state
@@ -156,8 +156,7 @@ def test_pause_scales_to_zero_and_connect_resumes_in_a_new_pod_with_the_files(
                          "/home/user/deep/er/file")  # fmt: skip
         first = _sandbox_pod(real_node, namespace, sbx.sandbox_id)["metadata"]["uid"]
         assert sbx.pause()
-        wait_for(lambda: not _pods(real_node, namespace, f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}"),
-                 what="the sandbox's pod to go")  # fmt: skip
+        assert live_pods(real_node.kube, namespace, sbx.sandbox_id) == []  # pause returns once nothing of it runs
         resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
         assert resumed.files.read("/home/user/kept.txt") == "survives the snapshot"
         listing = resumed.commands.run("stat -c '%U %a' /home/user/deep/er/file; cat /home/user/deep/er/file")
@@ -194,7 +193,7 @@ def test_an_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
             try:
                 sbx.files.write("idle.txt", "kept while idle")
                 wait_for(lambda: sandboxes_by_state(server).get("snapshotted") == 1, what="the idle snapshot")
-                assert not _pods(real_node, namespace, f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}")
+                assert live_pods(real_node.kube, namespace, sbx.sandbox_id) == []
                 woke = httpx.get(
                     f"{server.url}/health", headers={"Host": f"49983-{sbx.sandbox_id}.sandbox.localhost"}, timeout=90
                 )

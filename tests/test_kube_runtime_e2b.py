@@ -1,7 +1,9 @@
 """`agent-sandbox serve --runtime kubernetes` against the dev cluster, driven by the real `e2b` SDK.
 
 The E2B issue's SDK checks on the second runtime: create, commands, files, list, kill, pause / connect (the
-sandbox scaled to zero and back with its files), and a held burst released by one resume.
+sandbox scaled to zero and back with its files), and a held burst released by one resume. Each runs twice: on
+the stand-in kubelet (sandboxes as root: its pods are host processes) and on the real node (the image of
+deploy/Dockerfile.sandbox-base, sandboxes as `user`, the gateway in the node's namespace).
 """
 
 from __future__ import annotations
@@ -16,17 +18,34 @@ from pathlib import Path
 import pytest
 from e2b import Sandbox, SandboxException, SandboxQuery, Volume, VolumeException
 
-from tests import kube_fixtures
-from tests.kube_fixtures import Kube
+from tests import kube_fixtures, real_node_fixtures
+from tests.kube_fixtures import Kube, live_pods
 from tests.polling import wait_for
+from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates
 from tests.scale_to_zero_fixtures import health_burst, metric
 from tests.server_fixtures import RunningServer, point_e2b_at, running_server
 
-kube = kube_fixtures.kube
+# Bound under names of their own: `kube` is this module's cluster of either kind (tests/conftest.py derives the
+# tiers from the names code uses, so no code here names `real_node`: the realnode tier is its parameter's mark).
+stand_in = kube_fixtures.kube
+real_node_cluster = real_node_fixtures.real_node
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
 BURST = 300
+
+
+@pytest.fixture(scope="module", params=["stand-in", pytest.param("real-node", marks=pytest.mark.realnode)])
+def kube(request: pytest.FixtureRequest) -> Kube:
+    if request.param == "real-node":
+        node: RealNode = request.getfixturevalue("real_node_cluster")
+        return node.kube
+    stand_in_kube: Kube = request.getfixturevalue("stand_in")
+    return stand_in_kube
+
+
+def _sandbox_user(kube: Kube) -> str:
+    return "user" if kube.on_real_node else "root"
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +58,16 @@ def namespace(kube: Kube) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def server(kube: Kube, namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    directory = tmp_path_factory.mktemp("kube-e2b")
+    if kube.on_real_node:
+        templates = install_templates(directory / "templates")  # with the images the Dockerfiles build
+        with gateway_on_node(RealNode(kube), directory / "data", "--namespace", namespace, "--templates",
+                             str(templates)) as server:  # fmt: skip
+            yield server
+        return
     kube_args = ["--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", namespace]
-    # The dev cluster runs executors on the host, which has no `user` account: every sandbox runs as root.
-    data = tmp_path_factory.mktemp("kube-e2b") / "data"
-    with running_server(data, *kube_args, "--kube-sandbox-user", "root") as server:
+    # The stand-in runs executors on the host, which has no `user` account: every sandbox runs as root.
+    with running_server(directory / "data", *kube_args, "--kube-sandbox-user", "root") as server:
         yield server
 
 
@@ -65,8 +90,8 @@ def test_e2b_sdk_creates_uses_and_kills_a_sandbox_on_kubernetes(kube: Kube, name
     try:
         assert f"replicaset.apps/sandbox-{sbx.sandbox_id}" in _replica_sets(kube, namespace)
         result = sbx.commands.run("echo $GREETING; id -un")
-        assert result.stdout.split() == ["hello", "root"]
-        workdir = sbx.commands.run("pwd").stdout.strip()  # the pod's own directory on the dev cluster's host
+        assert result.stdout.split() == ["hello", _sandbox_user(kube)]
+        workdir = sbx.commands.run("pwd").stdout.strip()  # on the stand-in, the pod's own directory on the host
         sbx.files.write(f"{workdir}/note.txt", "written through the SDK")
         assert sbx.files.read(f"{workdir}/note.txt") == "written through the SDK"
         assert [entry.name for entry in sbx.files.list(workdir) if entry.name == "note.txt"] == ["note.txt"]
@@ -118,8 +143,7 @@ def test_pause_scales_to_zero_and_connect_brings_the_files_back(kube: Kube, name
         assert sbx.pause()
         assert sbx.get_info().state == "paused"
         assert _replicas_of(kube, namespace, sbx.sandbox_id) == "0"
-        assert not kube.kubectl("get", "pods", "-n", namespace, "-l", f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}",
-                                "-o", "name").strip()  # fmt: skip
+        assert live_pods(kube, namespace, sbx.sandbox_id) == []
         resumed = Sandbox.connect(sbx.sandbox_id, timeout=120)
         assert resumed.get_info().state == "running"
         assert _replicas_of(kube, namespace, sbx.sandbox_id) == "1"
