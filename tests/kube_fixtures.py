@@ -8,6 +8,7 @@ tests skip, except under CI=true, where they fail: CI must prove what they check
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,6 +31,7 @@ from tests.server_fixtures import REPO, free_port
 
 __all__ = [
     "SCRIPT", "Kube", "free_port", "free_port_pair", "kube", "kube_namespace", "live_pods", "require_binaries",
+    "shared_cluster",
 ]  # fmt: skip
 
 SCRIPT = REPO / "scripts" / "kube-dev-cluster"
@@ -92,35 +94,48 @@ def require_binaries() -> None:
         pytest.skip(message)
 
 
-# The one cluster of this session, shared by every module that binds the `kube` fixture (each binding is a
-# fixture definition of its own to pytest): started by the first, stopped when the last is torn down.
-_session: dict[str, Any] = {}
+# The one cluster of each kind (stand-in, real node) of this session, shared by every module that binds its
+# fixture (each binding is a fixture definition of its own to pytest): started by the first user, stopped when
+# the last is torn down. Kind → [cluster, users].
+_sessions: dict[bool, list[Any]] = {}
+
+
+@contextlib.contextmanager
+def shared_cluster(factory: pytest.TempPathFactory, *, real_node: bool = False) -> Iterator[Kube]:
+    """The session's cluster of that kind, started with `scripts/kube-dev-cluster up` and stopped with `down`."""
+    if real_node not in _sessions:
+        state = factory.mktemp("kube-real-node" if real_node else "kube-dev-cluster")
+        _sessions[real_node] = [_up(state, real_node=real_node), 0]
+    entry = _sessions[real_node]
+    entry[1] += 1
+    try:
+        yield entry[0]
+    finally:
+        entry[1] -= 1
+        if not entry[1]:
+            del _sessions[real_node]
+            subprocess.run([str(SCRIPT), "down", "--state-dir", str(entry[0].layout.state_dir)], capture_output=True,
+                           timeout=300)  # fmt: skip
 
 
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    """A cluster of this session's own, started with `scripts/kube-dev-cluster up` and stopped with `down`."""
-    if "kube" not in _session:
-        _session["kube"], _session["users"] = _up(tmp_path_factory.mktemp("kube-dev-cluster")), 0
-    _session["users"] += 1
-    try:
-        yield _session["kube"]
-    finally:
-        _session["users"] -= 1
-        if not _session["users"]:
-            subprocess.run([str(SCRIPT), "down", "--state-dir", str(_session.pop("kube").layout.state_dir)],
-                           capture_output=True, timeout=120)  # fmt: skip
-
-
-def _up(state: Path) -> Kube:
+    """A stand-in cluster of this session's own."""
     require_binaries()
+    with shared_cluster(tmp_path_factory) as cluster:
+        yield cluster
+
+
+def _up(state: Path, *, real_node: bool) -> Kube:
+    flags = ["--real-node"] if real_node else []
     ports = ["--port", str(free_port()), "--etcd-port", str(free_port_pair())]
-    up = subprocess.run(
-        [str(SCRIPT), "up", "--state-dir", str(state), *ports], capture_output=True, text=True, timeout=300
-    )
+    up = subprocess.run(  # a real node's images are built when out of date: minutes on a fresh machine
+        [str(SCRIPT), "up", *flags, "--state-dir", str(state), *ports], capture_output=True, text=True,
+        timeout=1200 if real_node else 300,
+    )  # fmt: skip
     if up.returncode != 0:
-        subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=120)
-        pytest.fail(f"kube-dev-cluster up failed:\n{up.stderr}")
+        subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=300)
+        pytest.fail(f"kube-dev-cluster up {' '.join(flags)} failed:\n{up.stderr[-6000:]}")
     return Kube(load_layout(state), Path(up.stdout.strip().splitlines()[-1]))
 
 

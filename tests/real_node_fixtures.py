@@ -20,17 +20,15 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only safe_load_all is used
 
-from kube_dev._control_plane import load_layout
 from kube_dev._daemons import running_pid
 from kube_dev._layout import DEFAULT_NODE_BIN_DIR, built_bin_dir
 from kube_dev._node_namespace import nsenter_argv
 from kube_dev._real_node import CNI_PLUGINS
-from tests.kube_fixtures import SCRIPT, Kube, free_port_pair, require_binaries
+from tests.kube_fixtures import Kube, require_binaries, shared_cluster
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, RunningServer, free_port, running_server, stop_process
 
@@ -88,35 +86,12 @@ def require_real_node() -> None:
         pytest.skip(message)
 
 
-_session: dict[str, Any] = {}
-
-
 @pytest.fixture(scope="session")
 def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     """The session's real-node cluster, started with `up --real-node` and stopped with `down`."""
-    if "node" not in _session:
-        _session["node"], _session["users"] = _up(tmp_path_factory.mktemp("kube-real-node")), 0
-    _session["users"] += 1
-    try:
-        yield _session["node"]
-    finally:
-        _session["users"] -= 1
-        if not _session["users"]:
-            state = _session.pop("node").kube.layout.state_dir
-            subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=300)
-
-
-def _up(state: Path) -> RealNode:
     require_real_node()
-    ports = ["--port", str(free_port()), "--etcd-port", str(free_port_pair())]
-    up = subprocess.run(  # the images are built when out of date: minutes on a fresh machine
-        [str(SCRIPT), "up", "--real-node", "--state-dir", str(state), *ports], capture_output=True, text=True,
-        timeout=1200,
-    )  # fmt: skip
-    if up.returncode != 0:
-        subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=300)
-        pytest.fail(f"kube-dev-cluster up --real-node failed:\n{up.stderr[-6000:]}")
-    return RealNode(Kube(load_layout(state), Path(up.stdout.strip().splitlines()[-1])))
+    with shared_cluster(tmp_path_factory, real_node=True) as cluster:
+        yield RealNode(cluster)
 
 
 def install_templates(directory: Path) -> Path:
