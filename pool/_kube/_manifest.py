@@ -132,9 +132,18 @@ class _Condition(msgspec.Struct, frozen=True, kw_only=True):
     status: str
 
 
+class _ContainerState(msgspec.Struct, frozen=True, kw_only=True):
+    terminated: dict[str, object] | None = None
+
+
+class _ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    state: _ContainerState = _ContainerState()
+
+
 class _PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pod_ip: str = msgspec.field(default="", name="podIP")
     conditions: list[_Condition] = []
+    container_statuses: list[_ContainerStatus] = []
 
 
 class Pod(KubeObject, frozen=True, kw_only=True):
@@ -148,6 +157,14 @@ class Pod(KubeObject, frozen=True, kw_only=True):
         ready = any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
         alive = self.metadata.deletion_timestamp is None
         return self.status.pod_ip if ready and alive and self.status.pod_ip else None
+
+    @property
+    def ended(self) -> bool:
+        """Being deleted with every container terminated: nothing of it runs any more. A real kubelet removes such
+        a pod up to 10 s later (its status manager's sync period), which no caller has to wait for."""
+        statuses = self.status.container_statuses
+        ended = bool(statuses) and all(s.state.terminated is not None for s in statuses)
+        return self.metadata.deletion_timestamp is not None and ended
 
 
 class _ReplicaSetSpec(msgspec.Struct, frozen=True, kw_only=True):

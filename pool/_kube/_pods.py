@@ -31,8 +31,9 @@ class PodWatch(ObjectWatch[Pod]):
                 return ip
         return None
 
-    def has_pods(self, sandbox_id: str) -> bool:
-        return bool(self.of(sandbox_id))
+    def has_live_pods(self, sandbox_id: str) -> bool:
+        """A pod of the sandbox that may still run something (not one being deleted whose containers all ended)."""
+        return any(not pod.ended for pod in self.of(sandbox_id).values())
 
     async def wait_ready(self, sandbox_id: str, within: float) -> str:
         """The IP of a Ready pod of the sandbox, once there is one; RuntimeFailure after `within` seconds."""
@@ -42,5 +43,5 @@ class PodWatch(ObjectWatch[Pod]):
         return ip
 
     async def wait_gone(self, sandbox_id: str, within: float) -> None:
-        """Return once the sandbox has no pod left (its processes ended); RuntimeFailure after `within` seconds."""
-        await self.wait(lambda: not self.has_pods(sandbox_id), within, f"the pods of sandbox {sandbox_id} to go")
+        """Return once the sandbox has no live pod left (its processes ended); RuntimeFailure after `within` s."""
+        await self.wait(lambda: not self.has_live_pods(sandbox_id), within, f"the pods of sandbox {sandbox_id} to go")

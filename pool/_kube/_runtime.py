@@ -134,7 +134,7 @@ class KubernetesRuntime(KubeSandboxes):
                 return
             raise SandboxGone(f"sandbox {sandbox_id} is scaled to zero without a snapshot: its files are gone")
         archive = await self._archives.load(sandbox_id, record)  # checked before anything changes
-        if found.spec.replicas or self._pods.has_pods(sandbox_id):
+        if found.spec.replicas or self._pods.has_live_pods(sandbox_id):
             await self._scale(sandbox_id, 0)  # a restore cut short: start over in a fresh pod
             await self._delete_pods(sandbox_id)
             await self._pods.wait_gone(sandbox_id, self._settings.stop_timeout)
