@@ -171,7 +171,7 @@ def _check_binaries(layout: ClusterLayout) -> None:
         for plugin in CNI_PLUGINS:
             if not plugin.exists():
                 raise ClusterError(f"{plugin} is missing: install containernetworking-plugins (scripts/setup --test)")
-        hidden = [path for path in PRIVATE_MOUNTS.values() if layout.state_dir.is_relative_to(path)]
+        hidden = [path for path in PRIVATE_MOUNTS.values() if layout.state_dir.resolve().is_relative_to(path)]
         if hidden:
             raise ClusterError(f"a real node's state dir cannot be under {hidden[0]}: the node mounts its own there")
 

@@ -28,8 +28,8 @@ from kube_dev._layout import ClusterLayout
 from kube_dev._node_namespace import nsenter_argv
 
 __all__ = [
-    "CNI_PLUGINS", "containerd_argv", "containerd_socket_here", "import_images", "kubelet_argv", "prepare_node",
-    "scheduler_argv", "sweep_node",
+    "CNI_PLUGINS", "containerd_argv", "containerd_socket", "containerd_socket_here", "import_images", "kubelet_argv",
+    "prepare_node", "scheduler_argv", "sweep_node",
 ]  # fmt: skip
 
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins (upstream's is /opt/cni/bin)
@@ -110,7 +110,8 @@ def prepare_node(layout: ClusterLayout, pause_image: str) -> None:
     for d in (c / "root", c / "state", c / "runc", layout.node_dir / "cni" / "net.d"):
         d.mkdir(parents=True, exist_ok=True)
     (c / "config.toml").write_text(_containerd_config(layout, pause_image))
-    containerd_socket_here(layout).unlink(missing_ok=True)  # a killed containerd's: `up` waits for the new one
+    if running_pid(layout.run, "containerd") is None:  # a killed containerd's socket: `up` waits for the new one
+        containerd_socket_here(layout).unlink(missing_ok=True)
     # The machine's resolver config, read here: inside, /etc/resolv.conf may point into the node's own /run.
     (layout.node_dir / "resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
     (layout.node_dir / "cni" / "net.d" / "10-agent-sandbox-node.conflist").write_text(json.dumps(_cni_config(layout)))

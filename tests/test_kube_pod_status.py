@@ -42,6 +42,13 @@ def test_a_pod_has_ended_once_it_is_being_deleted_and_every_container_terminated
     assert _pod(deleting=deleting, states=states).ended is ended
 
 
+def test_a_pod_whose_sidecar_still_runs_has_not_ended() -> None:
+    pod = _pod(deleting=True, states=[TERMINATED])
+    raw = msgspec.json.decode(msgspec.json.encode(pod))
+    raw["status"]["initContainerStatuses"] = [{"name": "mesh", "state": RUNNING}]
+    assert msgspec.json.decode(msgspec.json.encode(raw), type=Pod).ended is False
+
+
 def test_a_pod_being_deleted_is_never_answered_at_even_while_ready() -> None:
     assert _pod(deleting=False, states=[RUNNING], ready=True).ready_ip == "10.244.0.7"
     assert _pod(deleting=True, states=[RUNNING], ready=True).ready_ip is None

@@ -24,6 +24,7 @@ from e2b import CommandExitException, Sandbox
 
 from kube_dev._control_plane import load_layout
 from kube_dev._node_namespace import KUBELET_SYSCTLS
+from kube_dev._real_node import containerd_socket
 from tests import real_node_fixtures
 from tests.kube_fixtures import SCRIPT, Kube, free_port_pair, live_pods
 from tests.polling import wait_for
@@ -244,7 +245,8 @@ def test_a_real_node_leaves_nothing_behind_when_it_goes_down(tmp_path: Path) -> 
     finally:
         down = subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=300)
     assert down.returncode == 0, down.stderr
-    assert _processes_naming(str(state)) == []  # no daemon, shim or container of it
+    assert _processes_naming(str(state)) == []  # no daemon or container of it
+    assert _processes_naming(str(containerd_socket(kube.layout))) == []  # no shim (they name the socket)
     cgroup_name = kube.layout.cgroup_name
     assert [str(d) for d in Path("/sys/fs/cgroup").glob(f"*/{cgroup_name}")] == []  # v1 hierarchies and unified
     assert not Path(f"/sys/fs/cgroup/{cgroup_name}").exists()

@@ -16,7 +16,7 @@ from pool import RuntimeFailure, SandboxGone
 from pool._executor_client import start_process
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from tests import kube_fixtures
-from tests.kube_fixtures import Kube
+from tests.kube_fixtures import Kube, live_pods
 from tests.polling import wait_for, wait_for_async
 from tests.sandbox_exec import run_in_sandbox
 from tests.test_kube_runtime import BASE, kube_runtime, pod_ip, spec
@@ -134,7 +134,7 @@ async def test_snapshot_scales_to_zero_and_restore_brings_the_files_back(kube: K
         assert (again.kind, again.image_bytes) == (info.kind, info.image_bytes)
         assert (rt.is_snapshotted("keeper"), rt.is_running("keeper")) == (True, False)
         assert rt.snapshotted_ids() == {"keeper"}
-        assert not _objects(kube, kube_namespace, "pods", "agent-sandbox.dev/sandbox-id=keeper")
+        assert live_pods(kube, kube_namespace, "keeper") == []  # a deleted pod whose containers ended counts as gone
         replica_set = msgspec.json.decode(
             kube.kubectl("get", "rs", "sandbox-keeper", "-n", kube_namespace, "-o", "json")
         )

@@ -144,6 +144,8 @@ class _PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pod_ip: str = msgspec.field(default="", name="podIP")
     conditions: list[_Condition] = []
     container_statuses: list[_ContainerStatus] = []
+    init_container_statuses: list[_ContainerStatus] = []  # a sidecar a webhook injected may outlive the executor
+    ephemeral_container_statuses: list[_ContainerStatus] = []
 
 
 class Pod(KubeObject, frozen=True, kw_only=True):
@@ -162,7 +164,8 @@ class Pod(KubeObject, frozen=True, kw_only=True):
     def ended(self) -> bool:
         """Being deleted with every container terminated: nothing of it runs any more. A real kubelet removes such
         a pod up to 10 s later (its status manager's sync period), which no caller has to wait for."""
-        statuses = self.status.container_statuses
+        status = self.status
+        statuses = [*status.container_statuses, *status.init_container_statuses, *status.ephemeral_container_statuses]
         ended = bool(statuses) and all(s.state.terminated is not None for s in statuses)
         return self.metadata.deletion_timestamp is not None and ended
 
