@@ -113,6 +113,8 @@ def _make_private_dir(data_dir: Path) -> None:
         data_dir.chmod(0o700)
     except PermissionError:
         owner = data_dir.stat().st_uid
+        if owner == os.getuid():
+            raise
         raise SystemExit(
             f"agent-sandbox: the data dir {data_dir} belongs to uid {owner}, not to this server's uid {os.getuid()}, "
             "so it cannot be made private (0700): name a directory under it with --data-dir "

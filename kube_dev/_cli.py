@@ -52,7 +52,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     commands.add_parser("kubelet", parents=[common], help="run the stand-in kubelet in the foreground (`up` starts it)")
     commands.add_parser("images", help="build the real node's images with buildah (cached by content hash)")
     bridge = commands.add_parser(
-        "bridge", parents=[common], help="forward 127.0.0.1:PORT here to 127.0.0.1:PORT in a real node's namespace"
+        "bridge", parents=[common], help="forward 127.0.0.1:PORT here into a real node's namespace"
     )
     bridge.add_argument(
         "--port", type=parse_forward, action="append", required=True, metavar="PORT[:HOST:PORT]",

@@ -212,7 +212,8 @@ def up(layout: ClusterLayout) -> Path:
         _wait(layout, "kube-controller-manager", lambda: _default_sa_has_token(client), 60.0, started)
         _wait(layout, "kubelet", lambda: _node_ready(client, layout.node_name), 120.0, started)
         if layout.real_node:
-            _wait(layout, "kubelet", lambda: _untainted(client, layout.node_name), 60.0, started)
+            untainted = f"node {layout.node_name} untainted"
+            _wait(layout, "kubelet", lambda: _untainted(client, layout.node_name), 60.0, started, what=untainted)
     return layout.admin_kubeconfig
 
 
@@ -250,7 +251,12 @@ def _start(layout: ClusterLayout, name: str) -> None:
                      cwd=layout.state_dir)  # fmt: skip
 
 
-def _wait(layout: ClusterLayout, name: str, ready: Callable[[], bool], timeout: float, started: float) -> None:
+def _wait(
+    layout: ClusterLayout, name: str, ready: Callable[[], bool], timeout: float, started: float, *, what: str = ""
+) -> None:
+    """Until `ready()`; ClusterError when the daemon `name` exits first or `timeout` passes (`what`: what is
+    awaited, when it is not that daemon being ready)."""
+    what = what or f"{name} ready"
     deadline = time.monotonic() + timeout
     while not ready():
         if running_pid(layout.run, name) is None:
@@ -258,9 +264,9 @@ def _wait(layout: ClusterLayout, name: str, ready: Callable[[], bool], timeout: 
                 f"{name} exited while starting; the end of {layout.logs / name}.log:\n{_tail(layout, name)}"
             )
         if time.monotonic() > deadline:
-            raise ClusterError(f"{name} not ready after {timeout:.0f} s; see {layout.logs / name}.log")
+            raise ClusterError(f"not {what} after {timeout:.0f} s; see {layout.logs / name}.log")
         time.sleep(0.05)
-    print(f"kube-dev-cluster: {name} ready after {time.monotonic() - started:.1f} s", file=sys.stderr)
+    print(f"kube-dev-cluster: {what} after {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
 def _tail(layout: ClusterLayout, name: str) -> str:

@@ -43,10 +43,10 @@ PAUSE_IMAGE = "registry.local/agent-sandbox/pause:3.4.1"  # containerd's sandbox
 
 
 class NodeImage(msgspec.Struct, frozen=True, kw_only=True):
-    """One image the node runs: its full reference and the Dockerfile it comes from ("" for a made one)."""
+    """One image the node runs that a Dockerfile builds: its full reference, and that Dockerfile."""
 
     name: str
-    dockerfile: str = ""
+    dockerfile: str
 
 
 NODE_IMAGES = (
@@ -74,13 +74,12 @@ def _store_args() -> list[str]:
     return ["--root", str(IMAGE_CACHE / "store"), "--runroot", str(IMAGE_CACHE / "runroot")]
 
 
-def _buildah(*args: str, capture: bool = True) -> str:
+def _buildah(*args: str) -> str:
     argv = ["buildah", *_store_args(), *args]
-    result = subprocess.run(argv, capture_output=capture, text=True, cwd=_REPO)
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=_REPO)
     if result.returncode != 0:
-        output = (result.stderr or "")[-3000:] if capture else "(output above)"
-        raise ImageError(f"{' '.join(argv[:6])}… failed ({result.returncode}):\n{output}")
-    return (result.stdout or "").strip()
+        raise ImageError(f"buildah {args[0]} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout.strip()
 
 
 def _context_files(dockerfile: Path) -> list[Path]:
@@ -231,7 +230,7 @@ def build_images(pause_binary: Path) -> list[Path]:
         raise ImageError(f"{pause_binary} is missing: run `scripts/kube-dev-cluster build --real-node` first")
     IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
     os.chmod(IMAGE_CACHE, 0o700)
-    # One build at a time on the machine: two would race on the archives (one deleting what the other imports).
+    # One build at a time on the machine: two would race on built.json and on the archives they write.
     with (IMAGE_CACHE / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _build_all(pause_binary)

@@ -26,13 +26,16 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only
 
 from kube_dev._daemons import running_pid
 from kube_dev._layout import DEFAULT_NODE_BIN_DIR, built_bin_dir
-from kube_dev._node_namespace import nsenter_argv
+from kube_dev._node_namespace import KUBELET_SYSCTLS, nsenter_argv
 from kube_dev._real_node import CNI_PLUGINS
 from tests.kube_fixtures import Kube, require_binaries, shared_cluster
 from tests.polling import wait_for
 from tests.server_fixtures import REPO, RunningServer, free_port, running_server, stop_process
 
-__all__ = ["RealNode", "gateway_on_node", "install_templates", "real_node", "require_real_node"]
+__all__ = [
+    "SYSCTLS_AT_START", "RealNode", "gateway_on_node", "install_templates", "machine_sysctls", "real_node",
+    "require_real_node",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,16 @@ class RealNode:
             stop_process(process)
             if process.stderr:
                 process.stderr.close()
+
+
+def machine_sysctls() -> dict[str, str]:
+    """The kubelet's six kernel tunables as this machine has them now."""
+    return {name: Path(f"/proc/sys/{name}").read_text() for name in KUBELET_SYSCTLS}
+
+
+# As the machine had them when the suite started (this module is imported at collection, before any real node
+# runs): a node that wrote them machine-wide would change these.
+SYSCTLS_AT_START = machine_sysctls()
 
 
 def _listening(port: int) -> bool:

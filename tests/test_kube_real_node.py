@@ -23,12 +23,18 @@ import pytest
 from e2b import CommandExitException, Sandbox
 
 from kube_dev._control_plane import load_layout
-from kube_dev._node_namespace import KUBELET_SYSCTLS
 from kube_dev._real_node import containerd_socket
 from tests import real_node_fixtures
 from tests.kube_fixtures import SCRIPT, Kube, free_port_pair, live_pods
 from tests.polling import wait_for
-from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates, require_real_node
+from tests.real_node_fixtures import (
+    SYSCTLS_AT_START,
+    RealNode,
+    gateway_on_node,
+    install_templates,
+    machine_sysctls,
+    require_real_node,
+)
 from tests.scale_to_zero_fixtures import sandboxes_by_state
 from tests.server_fixtures import RunningServer, free_port, point_e2b_at
 
@@ -182,9 +188,7 @@ def test_a_create_claims_a_warm_pod_of_the_image(real_node: RealNode, namespace:
         sbx.kill()
 
 
-def test_an_idle_sandbox_is_paused_then_scaled_to_zero_and_woken_by_a_request(
-    real_node: RealNode, tmp_path: Path
-) -> None:
+def test_an_idle_sandbox_is_snapshotted_to_zero_and_woken_by_a_request(real_node: RealNode, tmp_path: Path) -> None:
     namespace = _namespace(real_node)
     args = ["--namespace", namespace, "--templates", str(install_templates(tmp_path / "templates")),
             "--pause-after", "2", "--snapshot-after", "6"]  # fmt: skip
@@ -211,7 +215,7 @@ def _machine_state() -> dict[str, object]:
     cni_results = Path("/var/lib/cni/results")
     return {
         "links": sorted(p.name for p in Path("/sys/class/net").iterdir()),
-        "sysctls": {name: Path(f"/proc/sys/{name}").read_text() for name in KUBELET_SYSCTLS},
+        "sysctls": machine_sysctls(),
         "mounts": sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
         "cni": sorted(p.name for p in cni_results.iterdir()) if cni_results.is_dir() else [],
     }
@@ -251,3 +255,6 @@ def test_a_real_node_leaves_nothing_behind_when_it_goes_down(tmp_path: Path) -> 
     assert [str(d) for d in Path("/sys/fs/cgroup").glob(f"*/{cgroup_name}")] == []  # v1 hierarchies and unified
     assert not Path(f"/sys/fs/cgroup/{cgroup_name}").exists()
     assert _machine_state() == before
+    # `before` was taken with this session's own real node up (this module's gateway runs on it): the tunables
+    # are held to what the machine had before any node ran.
+    assert machine_sysctls() == SYSCTLS_AT_START

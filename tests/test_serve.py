@@ -85,5 +85,12 @@ def test_a_data_dir_the_server_cannot_make_private_is_refused_with_what_to_do(
         raise PermissionError(1, "Operation not permitted", str(self))
 
     monkeypatch.setattr(Path, "chmod", not_the_owner)
-    with pytest.raises(SystemExit, match=r"cannot be made private \(0700\): name a directory under it with --data-dir"):
+    monkeypatch.setattr("gateway._platform.os.getuid", lambda: 10001)  # the gateway pod's uid; root owns the dir
+    with pytest.raises(
+        SystemExit, match=r"cannot be made private \(0700\): name a directory under it with --data-dir"
+    ) as refused:
+        _make_private_dir(tmp_path / "data")
+    assert "belongs to uid 0, not to this server's uid 10001" in str(refused.value)
+    monkeypatch.setattr("gateway._platform.os.getuid", lambda: 0)  # its own dir: ownership is not the reason
+    with pytest.raises(PermissionError):
         _make_private_dir(tmp_path / "data")
