@@ -164,6 +164,9 @@ def _add_runtime(serve: argparse.ArgumentParser, defaults: ServeSettings) -> Non
         help="kubernetes: run every sandbox as this user, whatever its template says (root for the dev cluster)")
     _env_option(serve, "--kube-sandbox-service-account", None, metavar="NAME",
         help="kubernetes: the ServiceAccount of sandbox pods (default: the namespace's; no token is mounted)")
+    _env_option(serve, "--kube-egress-guard-image", None, metavar="IMAGE",
+        help="kubernetes: run the egress guard from IMAGE (this server's own) in every sandbox pod, so that egress "
+        "rules hold on any CNI and allowOut domains work (default: none; NetworkPolicies alone, domains refused)")
     _env_option(serve, "--api-key-secret", None, metavar="NAME",
         help="kubernetes: the Secret whose `api-key` is the bootstrap API key; an empty one gets a new key")
     _env_option(serve, "--redis-url", None, metavar="URL",
@@ -389,6 +392,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     runtime=args.runtime, kubeconfig=args.kubeconfig and Path(args.kubeconfig),
                     namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
                     kube_sandbox_service_account=args.kube_sandbox_service_account,
+                    kube_egress_guard_image=args.kube_egress_guard_image or None,
                     api_key_secret=args.api_key_secret, redis_url=args.redis_url, replica_id=args.replica_id,
                     lease_duration=float(args.lease_duration), sandbox_dns=tuple(args.sandbox_dns),
                     sandbox_denied_cidrs=tuple(args.sandbox_denied_cidr), sandbox_ca_certs=args.sandbox_ca_certs,

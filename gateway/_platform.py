@@ -36,6 +36,7 @@ from gateway._http_proxy import UpstreamConnection
 from gateway._settings import ServeSettings
 from gateway._upstream import UpstreamPool
 from pool import (
+    EgressGuard,
     EgressSettings,
     ExecutorInit,
     KubernetesRuntime,
@@ -193,9 +194,13 @@ async def _open_runtime(
 ) -> ServerRuntime:
     if settings.runtime == "kubernetes":
         try:
+            image = settings.kube_egress_guard_image
+            guard = image and EgressGuard(
+                image=image, dns_servers=settings.sandbox_dns, denied=settings.sandbox_denied_cidrs
+            )
             kube = open_kube_runtime(
                 settings.kubeconfig, os.environ, namespace=settings.namespace, sandbox_user=settings.kube_sandbox_user,
-                service_account=settings.kube_sandbox_service_account,
+                service_account=settings.kube_sandbox_service_account, guard=guard or None,
             )  # fmt: skip
         except PoolError as exc:
             raise SystemExit(f"agent-sandbox: --runtime kubernetes: {exc}") from exc

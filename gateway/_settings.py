@@ -52,6 +52,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str | None = None  # kubernetes: None means the kubeconfig's (or the pod's) namespace, else "default"
     kube_sandbox_user: Literal["user", "root"] | None = None  # kubernetes: over every template's user (dev cluster)
     kube_sandbox_service_account: str | None = None  # kubernetes: the sandbox pods' ServiceAccount (no token mounted)
+    kube_egress_guard_image: str | None = None  # kubernetes: the egress guard's image (None: no guard)
     # kubernetes: the Secret whose `api-key` is the bootstrap key (filled in with a new key when empty)
     api_key_secret: str | None = None
     redis_url: str | None = None  # several replicas: what they share (route cache, activation locks, activity)

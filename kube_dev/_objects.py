@@ -106,6 +106,14 @@ class ContainerPort(_Camel, kw_only=True):
     name: str = ""
 
 
+class Capabilities(_Camel, kw_only=True):
+    add: list[str] = []
+
+
+class SecurityContext(_Camel, kw_only=True):
+    capabilities: Capabilities | None = None
+
+
 class Container(_Camel, kw_only=True):
     name: str
     image: str = ""
@@ -116,6 +124,12 @@ class Container(_Camel, kw_only=True):
     working_dir: str = ""
     ports: list[ContainerPort] = []
     readiness_probe: Probe | None = None
+    security_context: SecurityContext | None = None
+
+    @property
+    def adds_capabilities(self) -> bool:
+        context = self.security_context
+        return bool(context and context.capabilities and context.capabilities.add)
 
 
 class PodSpec(_Camel, kw_only=True):

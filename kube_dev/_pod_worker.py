@@ -129,8 +129,11 @@ class PodWorker:
             await _wait(self._stopping, 2.0)
             return 1
         argv = container_argv(container, self._state.pod_ip, env, str(self._dir))
-        if argv is None:
-            state.waiting(NO_COMMAND, "the stand-in kubelet runs agent-sandbox/sandbox-* images, or a command")
+        if argv is None or container.adds_capabilities:
+            # A container that adds capabilities (the egress guard: NET_ADMIN) would hold them on this machine,
+            # in its network namespace: never run. Its pod stays unready, as no real kubelet would leave it.
+            why = "no container that adds capabilities" if argv else "agent-sandbox/sandbox-* images, or a command"
+            state.waiting(NO_COMMAND, f"the stand-in kubelet runs {why}")
             self._dirty.set()
             await self._stopping.wait()
             return 0

@@ -6,8 +6,9 @@ shared/reference/k8s-real-node.md §2; the choices that are not obvious:
 
 - containerd's `restrict_oom_score_adj`: without CAP_SYS_RESOURCE the kubelet's -998 for the pause
   container cannot be set; `netns_mounts_under_state_dir`: pod namespaces stay in the state dir.
-- the CNI bridge exists only in the namespace, with no masquerade and no route out: pods reach the node's
-  address (the apiserver listens there for in-cluster clients) and each other.
+- the CNI bridge exists only in the namespace, with no masquerade: pods have a default route into it, as a
+  real cluster's do, and reach the node's address (the apiserver listens there for in-cluster clients) and
+  each other; the namespace itself has no route out (an egress test attaches a test internet to it).
 - the kubelet's cgroup root is a cgroupfs one (PID 1 need not be systemd), unique per state dir, made in
   every v1 hierarchy (a v1 cpuset starts empty: cpus and mems are copied in) or as one cgroup2 directory.
 - images are never collected (`--image-gc-high-threshold=100`): the imported ones cannot be pulled again.
@@ -88,9 +89,9 @@ def _cni_config(layout: ClusterLayout) -> dict[str, object]:
         "cniVersion": "0.4.0", "name": "agent-sandbox-node",
         "plugins": [{
             "type": "bridge", "bridge": "cni-node0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
-            # A route to the node's address (the apiserver's, as a real cluster's pods reach theirs), none out.
+            # A default route into the namespace, which goes no further (see the top).
             "ipam": {"type": "host-local", "ranges": [[{"subnet": layout.pod_cidr}]],
-                     "routes": [{"dst": f"{layout.node_ip}/32"}], "dataDir": str(layout.node_dir / "cni" / "ipam")},
+                     "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(layout.node_dir / "cni" / "ipam")},
         }],
     }  # fmt: skip
 

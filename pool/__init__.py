@@ -28,6 +28,7 @@ from pool._errors import (
 from pool._executor_client import post_init
 from pool._kube import Connection as KubeConnection  # outside the kube package `Connection` alone says too little
 from pool._kube import (
+    EgressGuard,
     KubeApi,
     KubeApiError,
     KubernetesRuntime,
@@ -91,6 +92,7 @@ __all__ = [
     "CheckpointFailed",
     "CopyLayer",
     "DebootstrapLayer",
+    "EgressGuard",
     "EgressRules",
     "EgressSettings",
     "EnvdClient",

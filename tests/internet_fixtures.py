@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -87,9 +87,13 @@ def _ip(*args: str) -> None:
 
 
 @contextmanager
-def made_internet(work: Path) -> Iterator[Internet]:
-    """Build the internet (root only), yield it, and remove the namespace, the veth pair and the route."""
+def made_internet(work: Path, *, host: Sequence[str] = ()) -> Iterator[Internet]:
+    """Build the internet (root only), yield it, and remove the namespace, the veth pair and the route.
+
+    `host`: the prefix that runs a command where the host side goes (`nsenter ...` into the real node's network
+    namespace), instead of this host."""
     name, host_link = f"asbnet{os.getpid()}", f"asbh{os.getpid()}"
+    on_host = [*host, "ip"]
     cert, key = work / "cert.pem", work / "key.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=web.egress.test",
@@ -99,9 +103,11 @@ def made_internet(work: Path) -> Iterator[Internet]:
     _ip("netns", "add", name)
     server = None
     try:
-        _ip("link", "add", host_link, "type", "veth", "peer", "name", "eth0", "netns", name)
-        _ip("addr", "add", f"{HOST_SIDE}/24", "dev", host_link)
-        _ip("link", "set", host_link, "up")
+        for args in (
+            ("link", "add", host_link, "type", "veth", "peer", "name", "eth0", "netns", name),
+            ("addr", "add", f"{HOST_SIDE}/24", "dev", host_link), ("link", "set", host_link, "up"),
+        ):  # fmt: skip
+            subprocess.run([*on_host, *args], check=True, capture_output=True)
         inside = ("netns", "exec", name, "ip")
         for args in (
             ("addr", "add", f"{ROUTER_SIDE}/24", "dev", "eth0"), ("addr", "add", f"{OTHER_IP}/24", "dev", "eth0"),
@@ -109,7 +115,7 @@ def made_internet(work: Path) -> Iterator[Internet]:
             ("link", "set", "eth0", "up"), ("link", "set", "lo", "up"), ("route", "add", "default", "via", HOST_SIDE),
         ):  # fmt: skip
             _ip(*inside, *args)
-        _ip("route", "add", ROUTED, "via", ROUTER_SIDE, "dev", host_link)
+        subprocess.run([*on_host, "route", "add", ROUTED, "via", ROUTER_SIDE, "dev", host_link], check=True)
         server = subprocess.Popen(
             ["ip", "netns", "exec", name, sys.executable, "-c", _SERVER, str(cert), str(key)], stdout=subprocess.PIPE
         )
@@ -122,8 +128,8 @@ def made_internet(work: Path) -> Iterator[Internet]:
             server.wait()
             if server.stdout is not None:
                 server.stdout.close()
-        subprocess.run(["ip", "route", "del", ROUTED], capture_output=True)
-        subprocess.run(["ip", "link", "del", host_link], capture_output=True)
+        subprocess.run([*on_host, "route", "del", ROUTED], capture_output=True)
+        subprocess.run([*on_host, "link", "del", host_link], capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         wait_for(lambda: not Path(f"/run/netns/{name}").exists(), what=f"namespace {name} removed")
 

@@ -35,7 +35,7 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations; only
 from e2b import Sandbox
 
 from kube_dev._convention import is_sandbox_image
-from pool import EgressRules, ExecutorInit, KubeSettings, SandboxSpec, load_templates
+from pool import EgressGuard, EgressRules, ExecutorInit, KubeSettings, SandboxSpec, load_templates
 from pool._kube._egress import PRIVATE_RANGES, egress_policy
 from pool._kube._manifest import ObjectMeta, replica_set
 from pool._kube._pool_manifest import pool_replica_set
@@ -122,17 +122,48 @@ def test_the_runtimes_replica_sets_are_valid_and_run_under_the_default_seccomp_p
     """Each template's sandbox and warm-pool ReplicaSet, as the runtime builds them for this install."""
     config = _object("ConfigMap", "agent-sandbox-config")["data"]
     account = config["AGENT_SANDBOX_KUBE_SANDBOX_SERVICE_ACCOUNT"]
-    settings = KubeSettings(namespace="ns", service_account=account)
+    guard = EgressGuard(image=config["AGENT_SANDBOX_KUBE_EGRESS_GUARD_IMAGE"], dns_servers=("203.0.113.53",))
+    settings = KubeSettings(namespace="ns", service_account=account, guard=guard)
     prefix, args = settings.image_prefix, settings.executor_args
     for template in load_templates(_write_templates(tmp_path)).values():
         spec = SandboxSpec(sandbox_id="abc", template=template, init=ExecutorInit())
-        sandbox = replica_set(spec, image_prefix=prefix, executor_args=args, service_account=account)
-        pool = pool_replica_set(template, 2, image_prefix=prefix, executor_args=args, service_account=account)
+        sandbox = replica_set(spec, image_prefix=prefix, executor_args=args, service_account=account, guard=guard)
+        pool = pool_replica_set(
+            template, 2, image_prefix=prefix, executor_args=args, service_account=account, guard=guard
+        )
         for body in (sandbox, pool):
             assert not problems(body, version)
             pod = body["spec"]["template"]["spec"]
             assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
             assert pod["automountServiceAccountToken"] is False
+            assert [c["name"] for c in pod["containers"]] == ["egress-guard", "executor"]
+
+
+def test_a_sandbox_pods_guard_alone_holds_net_admin_and_its_key_reaches_no_other_container() -> None:
+    """The executor's container may not mark packets or change the table (no NET_RAW, no NET_ADMIN), and the
+    guard's key and state are the guard's: the one Secret reference and the one volume mount are its."""
+    template = load_templates(REPO / "templates")["base"]
+    guard = EgressGuard(image="agent-sandbox/gateway:0.1.0", denied=("198.51.100.0/24",))
+    spec = SandboxSpec(sandbox_id="abc", template=template, init=ExecutorInit())
+    pod = replica_set(spec, image_prefix="p-", executor_args=(), guard=guard)["spec"]["template"]["spec"]
+    by_name = {c["name"]: c for c in pod["containers"]}
+    guard_container, executor = by_name["egress-guard"], by_name["executor"]
+    assert guard_container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["NET_ADMIN", "NET_BIND_SERVICE"],
+    }
+    assert executor["securityContext"]["capabilities"] == {"drop": ["NET_RAW"]}
+    assert "add" not in executor["securityContext"]["capabilities"]
+    assert "volumeMounts" not in executor
+    assert not any("valueFrom" in env for env in executor["env"])
+    assert guard_container["command"][:2] == ["agent-sandbox-egress-guard", "--state-dir=/run/agent-sandbox-guard"]
+    assert "--denied=198.51.100.0/24" in guard_container["command"]
+    assert guard_container["command"][-1] == "--denied=$(AGENT_SANDBOX_NODE_IP)"  # the node is never reached
+    assert guard_container["startupProbe"]["tcpSocket"] == {"port": 49982}
+    assert "readinessProbe" not in guard_container  # probed until it listens, not for the pod's whole life
+    without = replica_set(spec, image_prefix="p-", executor_args=())["spec"]["template"]["spec"]
+    assert [c["name"] for c in without["containers"]] == ["executor"]
+    assert "volumes" not in without
 
 
 @pytest.mark.parametrize("version", schema_versions())
@@ -651,6 +682,9 @@ def test_the_gateway_runs_on_its_service_account_alone(
     url = f"http://127.0.0.1:{port}"
     kubeconfig = _service_account_kubeconfig(kube, namespace, tmp_path)
     config = _object("ConfigMap", "agent-sandbox-config")["data"]  # envFrom, as in the Deployment
+    # But no egress guard: the stand-in kubelet never runs a container that adds capabilities. The real node's
+    # install test (tests/test_kube_real_node_install.py) runs install.yaml with it.
+    config = {name: value for name, value in config.items() if name != "AGENT_SANDBOX_KUBE_EGRESS_GUARD_IMAGE"}
     env = {**os.environ, **config, "POD_NAMESPACE": namespace, "POD_NAME": "agent-sandbox-gateway-0",
            "PYTHONUNBUFFERED": "1"}  # fmt: skip
     log = tmp_path / "gateway.log"

@@ -128,6 +128,11 @@ def test_the_gateway_pods_run_the_image_on_their_service_account_and_survive_los
         sbx = Sandbox.create(timeout=180)
         try:
             assert sbx.commands.run("id -un").stdout == "user\n"
+            # install.yaml's egress guard: in the pod, on a key the gateway made on its ServiceAccount alone.
+            selector = f"agent-sandbox.dev/sandbox-id={sbx.sandbox_id}"
+            [sandbox_pod] = _get(real_node, namespace, "pods", "-l", selector)["items"]
+            assert [c["name"] for c in sandbox_pod["spec"]["containers"]] == ["egress-guard", "executor"]
+            assert _get(real_node, namespace, "secret", "agent-sandbox-egress-guard")["data"]["key"]
             sbx.files.write("/home/user/kept.txt", "kept across the failover")
             assert sbx.pause()
 

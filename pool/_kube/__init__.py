@@ -3,11 +3,13 @@
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._connection import Connection, in_cluster, load_kubeconfig
 from pool._kube._leader import LeaderElection, while_leading
+from pool._kube._manifest import EgressGuard
 from pool._kube._runtime import KubernetesRuntime, KubeSettings, open_kube_runtime
 from pool._kube._warm import KubeWarmPools
 
 __all__ = [
     "Connection",
+    "EgressGuard",
     "KubeApi",
     "KubeApiError",
     "KubeSettings",

@@ -12,7 +12,8 @@ it did not start in this process. A call without it gets the executor's 401 as a
 Pause is the executor's own (`POST /agent-sandbox/freeze`): it SIGSTOPs every process of the sandbox but
 itself; memory stays, CPU is zero, the pod stays, and its API still answers (thaw, files, metrics).
 Egress rules other than the default are a NetworkPolicy of the sandbox's own plus a label on its pods
-(`_egress`), put in place at `start` and replaced by `set_egress`.
+(`_egress`), put in place at `start` and replaced by `set_egress`; with an egress guard in its pods (`_guard`),
+every sandbox's rules are also sent to its guard, which enforces them whatever the CNI does.
 `KubernetesRuntime` (`_runtime`) adds snapshots and the recovery after a restart.
 """
 
@@ -36,7 +37,9 @@ from pool._kube._archive import ARCHIVE_LIMIT
 from pool._kube._calls import connect, delete
 from pool._kube._census import ProcessCensus, template_only
 from pool._kube._egress import DOMAINS_UNENFORCED, EgressPolicies
-from pool._kube._manifest import ReplicaSet, replica_set
+from pool._kube._guard_client import GuardKey, put_rules
+from pool._kube._guard_wire import GUARD_PORT, GuardRefused
+from pool._kube._manifest import EgressGuard, ReplicaSet, replica_set
 from pool._kube._metrics import read_metrics
 from pool._kube._pods import PodWatch
 from pool._kube._pool_manifest import MERGE_PATCH, runs_claimed_warm_pod
@@ -66,6 +69,9 @@ class KubeSettings(msgspec.Struct, frozen=True, kw_only=True):
     census_max_age: float = 30.0  # seconds a running sandbox's process census is trusted (`_census`)
     archive_limit: int = ARCHIVE_LIMIT  # compressed bytes of working directory a snapshot keeps at most
     service_account: str | None = None  # the sandbox pods' ServiceAccount (None: the namespace's default)
+    # The egress guard in every sandbox pod (`_guard`), which enforces the egress rules whatever the CNI does with
+    # NetworkPolicies; None: the NetworkPolicies alone, and allowOut domains refused.
+    guard: EgressGuard | None = None
 
     @property
     def replica_sets_path(self) -> str:
@@ -93,6 +99,7 @@ class KubeSandboxes:
         self._sets = ReplicaSetWatch(api, settings.namespace)
         self._census = ProcessCensus(max_age=settings.census_max_age)
         self._egress = EgressPolicies(api, settings.namespace)
+        self._guard_key = GuardKey(api, settings.namespace)
         self._watching = False
         # The executor's access token per sandbox (None: it has none), from start, restore and note_spec; on
         # the event loop only. Never written anywhere: the cluster's objects do not hold secrets of the caller.
@@ -124,9 +131,11 @@ class KubeSandboxes:
             )
         spec = self._as_sandbox_user(spec)
         await self._watch()
+        if self._settings.guard is not None:
+            await self._guard_key.get()  # the pod names its Secret: it exists before the pod
         body = replica_set(
             spec, image_prefix=self._settings.image_prefix, executor_args=self._settings.executor_args,
-            service_account=self._settings.service_account,
+            service_account=self._settings.service_account, guard=self._settings.guard,
         )  # fmt: skip
         try:
             created: ReplicaSet | None = _replica_set.decode(await self._api.call("POST", self._rs_path, body=body))
@@ -142,6 +151,7 @@ class KubeSandboxes:
                 await self._egress.put(sandbox_id, spec.egress, owner.metadata)
             await self._settle(sandbox_id, is_running, "its ReplicaSet to be seen")
             await self._pods.wait_ready(sandbox_id, self._settings.start_timeout)
+            await self.guard_rules(sandbox_id, spec.egress)  # before the template's commands run with them
             if not runs_claimed_warm_pod(self._pods.of(sandbox_id).values()):  # a warm claim ran start and init
                 await bring_up(self._connector(sandbox_id), spec, ports_timeout=self._settings.ports_timeout)
         except BaseException:
@@ -154,9 +164,10 @@ class KubeSandboxes:
 
         Right after a warm claim, before `start`, there is no ReplicaSet yet: only the claimed pod is labelled,
         and `start` creates the policy."""
-        if rules.domains:
+        if rules.domains and self._settings.guard is None:
             raise RuntimeFailure(f"{DOMAINS_UNENFORCED} (sandbox {sandbox_id})")
         await self._watch()
+        await self.guard_rules(sandbox_id, rules)
         own = rules != EgressRules()
         owner = await self._find(sandbox_id)
         if owner is None and not own:
@@ -169,6 +180,21 @@ class KubeSandboxes:
         await self._egress.label_pods(sandbox_id, own=own)
         if owner is not None and not own:
             await self._egress.delete(sandbox_id)
+
+    async def guard_rules(self, sandbox_id: str, rules: EgressRules) -> None:
+        """Have the egress guard of each Ready pod of the sandbox enforce `rules` (none without a guard). A pod
+        not Ready yet is told by whoever waits for it (`start`, `restore`): until then it reaches nothing."""
+        if self._settings.guard is None:
+            return
+        key = await self._guard_key.get()
+        for pod in list(self._pods.of(sandbox_id).values()):
+            if (ip := pod.ready_ip) is not None:
+                what = f"the egress guard of sandbox {sandbox_id}"
+                sock = await connect(ip, GUARD_PORT, self._settings.connect_wait, what)
+                try:
+                    await put_rules(sock, key, rules, within=self._settings.connect_wait)
+                except GuardRefused as exc:
+                    raise RuntimeFailure(f"sandbox {sandbox_id} (pod {pod.metadata.name}): {exc}") from exc
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         """Delete the ReplicaSet; the garbage collector deletes its pod and archive (`keep_files` is moot)."""

@@ -12,9 +12,10 @@ The first always selects the pod, so it is isolated for egress whatever else hap
 Hence the order: with rules, the policy first and then the label; back to the default, the label off first.
 The policy names the sandbox's ReplicaSet as owner, so the garbage collector deletes it with the sandbox.
 
-Only IPs and CIDRs: a NetworkPolicy cannot name a domain, and no egress proxy is installed, so allowOut
-domains are refused (`DOMAINS_UNENFORCED`). Enforcement is the CNI's: without a policy-capable one, every
-policy here is an object and nothing more.
+Only IPs and CIDRs: a NetworkPolicy cannot name a domain. Without an egress guard in the pods (`_guard`),
+allowOut domains are refused (`DOMAINS_UNENFORCED`), and enforcement is the CNI's: without a policy-capable
+one, every policy here is an object and nothing more. With the guard, the rules hold on any CNI, and the
+policies are a second fence where the CNI enforces them.
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ _pods = msgspec.json.Decoder(PodList)
 
 def allowed_blocks(rules: EgressRules) -> list[dict[str, Any]]:
     """The `ipBlock`s of what `rules` allow: per family, everything but the denied (unless all of it is), plus
-    each allowed CIDR; private ranges are cut out of every block, and a block inside one is dropped."""
+    each allowed CIDR; private ranges are cut out of every block, and a block inside one is dropped.
+
+    Rules with domains (which only an egress guard enforces, by the names connections send) allow what the
+    default allows: the guard dials what the names resolve to, which no policy can know in advance."""
+    if rules.domains:
+        rules = EgressRules()
     denied = [_network(entry) for entry in rules.deny_out]
     roots = [ipaddress.ip_network(cidr) for cidr in ALL_TRAFFIC]
     blocks = [_block(root, [*PRIVATE_RANGES, *denied]) for root in roots]

@@ -22,8 +22,11 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from executor.envd import ENVD_PORT
+from pool._kube._guard_wire import GUARD_CONTAINER, GUARD_KEY_ENV, GUARD_PORT
 from pool._kube._shapes import (
     EGRESS_LABEL,
+    GUARD_KEY_FIELD,
+    GUARD_KEY_SECRET,
     ID_LABEL,
     OWN_EGRESS,
     ROLE_LABEL,
@@ -34,6 +37,7 @@ from pool._kube._shapes import (
 from pool._runtime import EgressRules, SandboxSpec
 
 __all__ = [
+    "EgressGuard",
     "KubeObject",
     "ObjectList",
     "ObjectMeta",
@@ -48,10 +52,25 @@ __all__ = [
 _GRACE_SECONDS = 10  # the executor ends its processes on SIGTERM at once; this only bounds a stuck one
 
 
+class EgressGuard(msgspec.Struct, frozen=True, kw_only=True):
+    """The egress guard every sandbox pod runs beside its executor (`_guard`): the image it comes from (the
+    gateway's) and what it is told besides its rules."""
+
+    image: str
+    dns_servers: tuple[str, ...] = ()  # the sandboxes' resolvers; () = the pod's own (cluster DNS)
+    denied: tuple[str, ...] = ()  # CIDRs no sandbox reaches, on top of the private ranges and its node's address
+
+
 def replica_set(
-    spec: SandboxSpec, *, image_prefix: str, executor_args: tuple[str, ...], service_account: str | None = None
+    spec: SandboxSpec,
+    *,
+    image_prefix: str,
+    executor_args: tuple[str, ...],
+    service_account: str | None = None,
+    guard: EgressGuard | None = None,
 ) -> dict[str, Any]:
-    """The ReplicaSet of one sandbox: one pod of the template's image, Ready once its executor answers.
+    """The ReplicaSet of one sandbox: one pod of the template's image, Ready once its executor answers (and its
+    egress guard, with `guard`, holds the pod's network closed).
 
     `service_account` names the pods' ServiceAccount (None: the namespace's `default`); its token is never
     mounted either way."""
@@ -74,7 +93,13 @@ def replica_set(
             },
         },
         "readinessProbe": {"httpGet": {"path": "/health", "port": ENVD_PORT}, "periodSeconds": 5},
+        # NET_RAW would let root in the sandbox mark its packets (SO_MARK) as the egress guard's, and craft any.
+        "securityContext": {"capabilities": {"drop": ["NET_RAW"]}},
     }
+    containers, volumes = [container], []
+    if guard is not None:
+        containers.insert(0, _guard_container(guard))  # started first: the kubelet starts them in order
+        volumes.append({"name": _GUARD_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
     metadata = {"name": replica_set_name(spec.sandbox_id), "labels": labels, "annotations": dict(spec.annotations)}
     return {
         "apiVersion": "apps/v1",
@@ -86,7 +111,8 @@ def replica_set(
             "template": {
                 "metadata": {"labels": {**labels, **own_egress}},
                 "spec": {
-                    "containers": [container],
+                    "containers": containers,
+                    **({"volumes": volumes} if volumes else {}),
                     "terminationGracePeriodSeconds": _GRACE_SECONDS,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "automountServiceAccountToken": False,  # a sandbox has no business with the API
@@ -95,6 +121,39 @@ def replica_set(
                 },
             },
         },
+    }
+
+
+_GUARD_VOLUME = "egress-guard"
+_GUARD_STATE = "/run/agent-sandbox-guard"
+_NODE_IP_ENV = "AGENT_SANDBOX_NODE_IP"
+
+
+def _guard_container(guard: EgressGuard) -> dict[str, Any]:
+    """Root with two capabilities and nothing else: NET_ADMIN for the pod's table and its packets' mark,
+    NET_BIND_SERVICE for its sockets on ports 1 and 53. A startup probe (not a readiness one, which would keep
+    probing every pod for good) holds the pod unready until the table is in place and the guard listens."""
+    flags = [*(f"--dns={server}" for server in guard.dns_servers), *(f"--denied={cidr}" for cidr in guard.denied)]
+    key = {"secretKeyRef": {"name": GUARD_KEY_SECRET, "key": GUARD_KEY_FIELD}}
+    return {
+        "name": GUARD_CONTAINER,
+        "image": guard.image,
+        "command": ["agent-sandbox-egress-guard", f"--state-dir={_GUARD_STATE}", *flags, f"--denied=$({_NODE_IP_ENV})"],
+        "env": [
+            {"name": GUARD_KEY_ENV, "valueFrom": key},
+            {"name": _NODE_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        ],
+        "ports": [{"name": "egress-guard", "containerPort": GUARD_PORT}],
+        "startupProbe": {"tcpSocket": {"port": GUARD_PORT}, "periodSeconds": 1, "failureThreshold": 120},
+        "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_BIND_SERVICE"]},
+        },
+        "volumeMounts": [{"name": _GUARD_VOLUME, "mountPath": _GUARD_STATE}],
     }
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pool._kube._manifest import ObjectList, Pod, replica_set
+from pool._kube._manifest import EgressGuard, ObjectList, Pod, replica_set
 from pool._kube._shapes import (
     CLAIMED_AT_ANNOTATION,
     CLAIMED_LABEL,
@@ -62,11 +62,12 @@ def pool_replica_set(
     image_prefix: str,
     executor_args: tuple[str, ...],
     service_account: str | None = None,
+    guard: EgressGuard | None = None,
 ) -> dict[str, Any]:
     """The pool's ReplicaSet: `replicas` pods of the template's sandbox pod, labelled as the pool's."""
     spec = SandboxSpec(sandbox_id=_PLACEHOLDER_ID, template=template, init=ExecutorInit())
     pod_template = replica_set(
-        spec, image_prefix=image_prefix, executor_args=executor_args, service_account=service_account
+        spec, image_prefix=image_prefix, executor_args=executor_args, service_account=service_account, guard=guard
     )["spec"]["template"]
     pod_labels = {ROLE_LABEL: WARM_ROLE, POOL_LABEL: template.name, TEMPLATE_LABEL: template.name}
     return {

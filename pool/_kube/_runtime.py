@@ -50,7 +50,7 @@ from pool._kube._archive import CLEARED_RECORD, ArchiveRecord, ArchiveStore
 from pool._kube._connection import in_cluster, load_kubeconfig
 from pool._kube._core import KubeSandboxes, KubeSettings
 from pool._kube._egress import DOMAINS_UNENFORCED
-from pool._kube._manifest import ReplicaSet
+from pool._kube._manifest import EgressGuard, ReplicaSet
 from pool._kube._pool_manifest import runs_claimed_warm_pod
 from pool._kube._replicasets import is_running, is_snapshotted
 from pool._runtime import EgressRules, RuntimeCapabilities, SandboxSpec, SnapshotInfo
@@ -81,7 +81,8 @@ class KubernetesRuntime(KubeSandboxes):
         self._warm_source = claim
 
     def capabilities(self) -> RuntimeCapabilities:
-        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU, domain_refusal=DOMAINS_UNENFORCED)
+        refusal = DOMAINS_UNENFORCED if self.settings.guard is None else ""  # the guard reads the names
+        return RuntimeCapabilities(snapshot_kind="filesystem", criu_reason=_NO_CRIU, domain_refusal=refusal)
 
     def snapshot_keeps_processes(self, sandbox_id: str) -> bool:
         """True when snapshotted, else the process census's last answer (False until it has one)."""
@@ -143,6 +144,7 @@ class KubernetesRuntime(KubeSandboxes):
             await self._scale(sandbox_id, 1)
             await self._claim_warm(spec)  # after the scale-up: see `_claim_warm`
             await self._pods.wait_ready(sandbox_id, self._settings.start_timeout)
+            await self.guard_rules(sandbox_id, spec.egress)
             await self._bring_back(spec, archive)
         except BaseException:
             await asyncio.shield(self._back_to_zero(sandbox_id))
@@ -228,6 +230,7 @@ def open_kube_runtime(
     namespace: str | None = None,
     sandbox_user: Literal["user", "root"] | None = None,
     service_account: str | None = None,
+    guard: EgressGuard | None = None,
 ) -> KubernetesRuntime:
     """A runtime for the cluster of `kubeconfig`, or the one this process runs in (`environ` as in a pod).
 
@@ -236,6 +239,6 @@ def open_kube_runtime(
     connection = load_kubeconfig(kubeconfig) if kubeconfig is not None else in_cluster(environ)
     settings = KubeSettings(
         namespace=namespace or connection.namespace or "default", sandbox_user=sandbox_user,
-        service_account=service_account,
+        service_account=service_account, guard=guard,
     )  # fmt: skip
     return KubernetesRuntime(KubeApi(connection), settings)

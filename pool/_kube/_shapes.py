@@ -17,10 +17,12 @@ objects, and replicas of different versions read each other's: every key and nam
                                                                                      -> its digest, name, time
     Secret `idempotency-<digest>`          role=idempotency-key                      type `IDEMPOTENCY_TYPE`, data
                                                                                      `claim`: a claimed key
+    Secret `agent-sandbox-egress-guard`    role=egress-guard-key                     data `key`: the egress guards' key
 
 Every key is under `agent-sandbox.dev/`. What each one means is documented where it is written: the sandbox's
-ReplicaSet in `_manifest`, the warm pool's in `_pool_manifest`, the archive in `_archive`, the records and keys
-in `activator._kube_store`, the claimed Idempotency-Keys in `activator._kube_ledger`.
+ReplicaSet in `_manifest`, the warm pool's in `_pool_manifest`, the archive in `_archive`, the guard key in
+`_guard_client`, the records and keys in `activator._kube_store`, the claimed Idempotency-Keys in
+`activator._kube_ledger`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ __all__ = [
     "CREATED_ANNOTATION",
     "EGRESS_LABEL",
     "EGRESS_ROLE",
+    "GUARD_KEY_FIELD",
+    "GUARD_KEY_ROLE",
+    "GUARD_KEY_SECRET",
     "IDEMPOTENCY_ROLE",
     "IDEMPOTENCY_SELECTOR",
     "IDEMPOTENCY_TYPE",
@@ -96,6 +101,9 @@ WARM_ROLE = "warm"
 ARCHIVE_ROLE = "sandbox-archive"
 RECORD_ROLE = "sandbox-record"
 EGRESS_ROLE = "sandbox-egress"
+GUARD_KEY_ROLE = "egress-guard-key"
+GUARD_KEY_SECRET = "agent-sandbox-egress-guard"  # its `GUARD_KEY_FIELD` is every sandbox pod's guard key
+GUARD_KEY_FIELD = "key"
 ROLE_SELECTOR = f"{ROLE_LABEL}={SANDBOX_ROLE}"
 WARM_SELECTOR = f"{ROLE_LABEL}={WARM_ROLE}"
 RECORD_SELECTOR = f"{ROLE_LABEL}={RECORD_ROLE}"

@@ -22,6 +22,7 @@ from pool._errors import PoolError, RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
 from pool._kube._calls import connect
 from pool._kube._core import KubeSettings
+from pool._kube._guard_client import GuardKey
 from pool._kube._pool_manifest import MERGE_PATCH, WarmPod, pool_replica_set, warm_ready_patch, warming_patch
 from pool._kube._shapes import CLAIMED_LABEL, WARM_READY_ANNOTATION, pool_name
 from pool._kube._warm_pods import PodCalls, PoolPods
@@ -71,6 +72,7 @@ class PoolKeeper:
         self._warm_timeout = warm_timeout
         self._backoff = backoff
         self._rs_path = settings.replica_sets_path
+        self._guard_key = GuardKey(api, settings.namespace)
         # Pod name -> the task warming (or deleting a stale) pod; added by `run`, removed as the task ends.
         self._busy: dict[str, asyncio.Task[None]] = {}
         self._next_sweep = 0.0  # monotonic time of the next look for orphans; `run`'s
@@ -119,8 +121,10 @@ class PoolKeeper:
     async def _ensure_pool(self, template: Template, target: int) -> None:
         body = pool_replica_set(
             template, target, image_prefix=self._settings.image_prefix, executor_args=self._settings.executor_args,
-            service_account=self._settings.service_account,
+            service_account=self._settings.service_account, guard=self._settings.guard,
         )  # fmt: skip
+        if self._settings.guard is not None:
+            await self._guard_key.get()  # the pods name its Secret: it exists before the first of them
         path = f"{self._rs_path}/{pool_name(template.name)}"
         if target == 0:  # scale an earlier pool down, if there is one (a failure is retried, as a create's is)
             try:

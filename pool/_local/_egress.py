@@ -22,12 +22,12 @@ from typing import TypeVar
 import msgspec
 
 from pool._errors import RuntimeFailure
-from pool._local._egress_dns import DnsForwarder, host_nameservers
+from pool._local._egress_dns import DnsForwarder, host_nameservers, outbound_socket
 from pool._local._egress_names import ClientHelloIncomplete, named_host, resolve
 from pool._local._egress_policy import ALWAYS_DENIED, DNS_ADDRESS, PROXY_PORT, EgressPolicy, host_addresses
 from pool._local._egress_relay import original_destination, relay, reset
 from pool._local._netlink import add_default_routes
-from pool._local._netns import NetnsSocketFactory
+from pool._local._netns import Namespaces
 from pool._local._nft import run_nft
 from pool._runtime import EgressRules
 
@@ -43,6 +43,9 @@ class EgressSettings(msgspec.Struct, frozen=True, kw_only=True):
     dns_servers: tuple[str, ...] = ()  # the resolvers sandboxes' queries go to; () = the host's own (resolv.conf)
     denied: tuple[str, ...] = ()  # CIDRs no sandbox reaches, on top of ALWAYS_DENIED and the host's addresses
     connect_timeout: float = 10.0  # how long the proxy tries to reach a destination before it resets the sandbox's
+    # The proxy's own packets carry it (SO_MARK), and the sandbox's table lets them out: set where the proxy runs in
+    # the sandbox's own namespace (the Kubernetes egress guard, pool._kube._guard); 0 for the local runtime's.
+    mark: int = 0
 
 
 @dataclass(eq=False)
@@ -60,7 +63,7 @@ class _Attached:
 class Egress:
     """Sets up, updates and removes the egress of every sandbox of one runtime."""
 
-    def __init__(self, settings: EgressSettings, sockets: NetnsSocketFactory) -> None:
+    def __init__(self, settings: EgressSettings, sockets: Namespaces) -> None:
         self._settings = settings
         self._sockets = sockets
         self._servers = settings.dns_servers or host_nameservers()
@@ -85,7 +88,7 @@ class Egress:
         policy = self.policy(rules)
         attached = self._attached.get(sandbox_id)
         if attached is not None:
-            ruleset = policy.ruleset(_TABLE, replace=True)
+            ruleset = policy.ruleset(_TABLE, replace=True, mark=self._settings.mark)
             await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: run_nft(ruleset))
             attached.policy = policy
             attached.dns.answering = policy.internet
@@ -93,10 +96,12 @@ class Egress:
                 if not (policy.allows(address) or (name and policy.allows_name(name))):
                     task.cancel()
             return
-        if not policy.internet:
+        mark = self._settings.mark
+        if not policy.internet and not mark:  # (a namespace the proxy shares has a network of its own to close)
             return
-        tcp, udp = await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: _set_up(policy, replace=not fresh))
-        attached = _Attached(policy, tcp, DnsForwarder(udp, self._servers))
+        tcp, udp = await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: _set_up(policy, not fresh, mark))
+        attached = _Attached(policy, tcp, DnsForwarder(udp, self._servers, mark=mark))
+        attached.dns.answering = policy.internet
         attached.accepting = [asyncio.create_task(self._accept(attached, listener)) for listener in tcp]
         self._attached[sandbox_id] = attached
 
@@ -147,8 +152,13 @@ class Egress:
             except (_Denied, OSError, TimeoutError):
                 reset(conn)
                 return
-        upstream = socket.socket(socket.AF_INET6 if ":" in to[0] else socket.AF_INET, socket.SOCK_STREAM)
-        upstream.setblocking(False)
+        try:
+            upstream = outbound_socket(
+                socket.AF_INET6 if ":" in to[0] else socket.AF_INET, socket.SOCK_STREAM, self._settings.mark
+            )
+        except OSError:
+            reset(conn)
+            return
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             async with asyncio.timeout(self._settings.connect_timeout):
@@ -181,7 +191,7 @@ class Egress:
             raise _Denied
         if (task := asyncio.current_task()) is not None:
             attached.connections[task] = (address, name)  # so that `attach` judges it by its name later
-        for resolved in await resolve(name, self._servers):
+        for resolved in await resolve(name, self._servers, mark=self._settings.mark):
             if not policy.blocks(resolved) and not _is_local(resolved):
                 return (resolved, port), first
         raise _Denied
@@ -204,11 +214,11 @@ class _Denied(Exception):
     """The sandbox may not reach where this connection goes."""
 
 
-def _set_up(policy: EgressPolicy, *, replace: bool) -> tuple[list[socket.socket], socket.socket]:
-    """Inside the sandbox's namespace (blocking): route, table, and the host's sockets there (all closed again
-    when one cannot be made, e.g. its port taken by the sandbox while no server held it)."""
+def _set_up(policy: EgressPolicy, replace: bool, mark: int) -> tuple[list[socket.socket], socket.socket]:
+    """Inside the sandbox's namespace (blocking): route (where it has none), table, and the host's sockets there
+    (all closed again when one cannot be made, e.g. its port taken by the sandbox while no server held it)."""
     add_default_routes()
-    run_nft(policy.ruleset(_TABLE, replace=replace))
+    run_nft(policy.ruleset(_TABLE, replace=replace, mark=mark))
     made: list[socket.socket] = []
     try:
         made += [_listener(socket.AF_INET, "127.0.0.1", PROXY_PORT), _listener(socket.AF_INET, DNS_ADDRESS, 53)]

@@ -14,7 +14,7 @@ import ipaddress
 import socket
 from pathlib import Path
 
-__all__ = ["DnsForwarder", "host_nameservers"]
+__all__ = ["DnsForwarder", "host_nameservers", "outbound_socket"]
 
 _MAX_INFLIGHT = 64
 _QUERY_TIMEOUT = 3.0
@@ -33,9 +33,10 @@ def host_nameservers(resolv_conf: Path = Path("/etc/resolv.conf")) -> tuple[str,
 class DnsForwarder:
     """Answers one sandbox's UDP queries on `sock` (made inside its namespace) from the host's `servers`."""
 
-    def __init__(self, sock: socket.socket, servers: tuple[str, ...]) -> None:
+    def __init__(self, sock: socket.socket, servers: tuple[str, ...], *, mark: int = 0) -> None:
         self._sock = sock
         self._servers = servers
+        self._mark = mark
         self._loop = asyncio.get_running_loop()
         self._inflight: set[asyncio.Task[None]] = set()  # this sandbox's open queries (the loop's thread only)
         self.answering = True  # False while the sandbox has no internet: its queries are answered REFUSED at once
@@ -66,19 +67,32 @@ class DnsForwarder:
 
     async def _answer(self, query: bytes, client: tuple[str, int]) -> None:
         for server in self._servers:
-            answer = await ask(server, query)
+            answer = await ask(server, query, mark=self._mark)
             if answer is not None:
                 with contextlib.suppress(OSError):
                     self._sock.sendto(answer, client)
                 return
 
 
-async def ask(server: str, query: bytes) -> bytes | None:
+def outbound_socket(family: int, kind: int, mark: int) -> socket.socket:
+    """A non-blocking socket of the proxy's own, to where a sandbox's traffic goes; with `mark` (SO_MARK, which
+    takes CAP_NET_ADMIN) where the proxy shares the sandbox's namespace, so that its table lets it through."""
+    sock = socket.socket(family, kind)
+    try:
+        if mark:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, mark)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def ask(server: str, query: bytes, *, mark: int = 0) -> bytes | None:
     """One UDP exchange with `server` from the host; None when it does not answer in time."""
     family = socket.AF_INET6 if ipaddress.ip_address(server).version == 6 else socket.AF_INET
     loop = asyncio.get_running_loop()
-    with socket.socket(family, socket.SOCK_DGRAM) as upstream:
-        upstream.setblocking(False)
+    with outbound_socket(family, socket.SOCK_DGRAM, mark) as upstream:
         try:
             upstream.connect((server, 53))
             upstream.send(query)

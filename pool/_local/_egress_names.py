@@ -88,13 +88,13 @@ def domain_matches(name: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-async def resolve(name: str, servers: tuple[str, ...]) -> list[str]:
+async def resolve(name: str, servers: tuple[str, ...], *, mark: int = 0) -> list[str]:
     """The IPv4 addresses of `name` from the first of `servers` that answers (one A query)."""
     query = os.urandom(2) + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
     query += b"".join(bytes([len(label)]) + label for label in name.rstrip(".").encode("idna").split(b".")) + b"\0"
     query += b"\x00\x01\x00\x01"
     for server in servers:
-        answer = await ask(server, query)
+        answer = await ask(server, query, mark=mark)
         if answer is not None:
             return _a_records(answer, len(query))
     return []

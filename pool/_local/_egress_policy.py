@@ -73,24 +73,31 @@ class EgressPolicy:
         """Whether anything outside is reachable (else the sandbox needs no route, no proxy and no DNS)."""
         return self.rules.internet
 
-    def ruleset(self, table: str, *, replace: bool) -> str:
+    def ruleset(self, table: str, *, replace: bool, mark: int = 0) -> str:
         """The sandbox's nftables table; `replace` swaps it for the one there in the same transaction.
 
         One rule per verdict with an anonymous set of collapsed CIDRs: creating the table takes ~1 ms, named
         interval sets took 8-16 ms (loadtests/bench_network.py). Replacing costs ~10 ms more (the kernel waits
         out an RCU grace period for the old table): that is `set_egress`, never a start.
+
+        `mark`: the proxy shares the namespace (a Kubernetes pod's egress guard), so its own packets, which carry
+        `mark`, go out untouched, and so do the answers of connections made to the sandbox from outside (the
+        gateway's, the kubelet's probes), which a pod has and a local sandbox does not.
         """
+        shared = _SHARED.format(mark=mark) if mark else ""
         if not self.internet:
-            verdicts = f"\t\t{_REJECT_TCP}\n\t\t{_REJECT_OTHER}\n"
+            verdicts = f"{shared}\t\t{_REJECT_TCP}\n\t\t{_REJECT_OTHER}\n"
             return _prefix(table, replace) + _TABLE.format(table=table, verdicts=verdicts, divert="")
-        verdicts = "\t\tmeta nfproto ipv4 udp dport 53 accept\n" + f"\t\tmeta l4proto != tcp {_REJECT_OTHER}\n"
+        verdicts = shared + "\t\tmeta nfproto ipv4 udp dport 53 accept\n" + f"\t\tmeta l4proto != tcp {_REJECT_OTHER}\n"
         # With domain rules, TCP the addresses do not allow still goes to the proxy, which reads the name.
         denied = [] if self.domains else [(self._deny, _REJECT_TCP)]
         for networks, verdict in ((self._always, _REJECT_TCP), (self._allow, "accept"), *denied):
             verdicts += "".join(_match(networks, version, verdict) for version in (4, 6))
         if not self._default_allows and not self.domains:
             verdicts += f"\t\t{_REJECT_TCP}\n"
-        divert = _DIVERT.format(dns=DNS_ADDRESS, port=PROXY_PORT)
+        divert = _DIVERT.format(
+            dns=DNS_ADDRESS, port=PROXY_PORT, own=f"\t\tmeta mark {mark:#x} return\n" if mark else ""
+        )
         return _prefix(table, replace) + _TABLE.format(table=table, verdicts=verdicts, divert=divert)
 
     @staticmethod
@@ -99,6 +106,7 @@ class EgressPolicy:
 
 
 _REJECT_TCP = "meta l4proto tcp reject with tcp reset"
+_SHARED = "\t\tmeta mark {mark:#x} accept\n\t\tct state established,related accept\n"
 _REJECT_OTHER = "reject with icmpx admin-prohibited"
 _TABLE = """table inet {table} {{
 \tchain guard {{
@@ -112,7 +120,7 @@ _DIVERT = """\tchain divert {{
 \t\ttype nat hook output priority -100; policy accept;
 \t\tip daddr 127.0.0.0/8 return
 \t\tip6 daddr ::1 return
-\t\tmeta nfproto ipv4 udp dport 53 dnat ip to {dns}:53
+{own}\t\tmeta nfproto ipv4 udp dport 53 dnat ip to {dns}:53
 \t\tmeta nfproto ipv4 meta l4proto tcp dnat ip to 127.0.0.1:{port}
 \t\tmeta nfproto ipv6 meta l4proto tcp dnat ip6 to [::1]:{port}
 \t}}

@@ -12,10 +12,26 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from pool._local._syscalls import CLONE_NEWNET, setns
 
-__all__ = ["NetnsSocketFactory"]
+__all__ = ["Namespaces", "NetnsSocketFactory", "SameNamespace"]
+
+
+class Namespaces(Protocol):
+    """How work gets into a sandbox's network namespace (the egress proxy's set-up)."""
+
+    def inside(self, netns_fd: int) -> AbstractContextManager[None]: ...
+
+
+class SameNamespace:
+    """For a proxy that already runs in the sandbox's namespace (a pod's egress guard): nothing to switch."""
+
+    @contextlib.contextmanager
+    def inside(self, netns_fd: int) -> Iterator[None]:
+        yield
 
 
 class NetnsSocketFactory:

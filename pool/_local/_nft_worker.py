@@ -67,6 +67,15 @@ def apply_here(commands: str) -> None:
         lib.nft_ctx_free(ctx)
 
 
+def _entered(libc: ctypes.CDLL, netns_fd: int) -> bool:
+    """Whether this process is in the namespace of `netns_fd`, after a setns() where it was not. Checked first:
+    a pod's egress guard, already there, holds no CAP_SYS_ADMIN, which setns() takes even into the same one."""
+    target, here = os.fstat(netns_fd), os.stat("/proc/thread-self/ns/net")
+    if (target.st_dev, target.st_ino) == (here.st_dev, here.st_ino):
+        return True
+    return bool(libc.setns(netns_fd, _CLONE_NEWNET) == 0)
+
+
 def _serve(sock: socket.socket) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     while True:
@@ -74,7 +83,7 @@ def _serve(sock: socket.socket) -> None:
         if not commands:
             return  # the server closed its end
         try:
-            if len(fds) != 1 or libc.setns(fds[0], _CLONE_NEWNET) != 0:
+            if len(fds) != 1 or not _entered(libc, fds[0]):
                 raise NftError(f"cannot enter the sandbox's network namespace: {os.strerror(ctypes.get_errno())}")
             apply_here(commands.decode())
             answer = b"\0"

@@ -1,0 +1,216 @@
+"""The egress guard (`agent-sandbox-egress-guard`) in a network namespace made as a pod's would be: an address,
+a default route into the test internet, and nothing else. The real node's tests run it in real pods; these pin
+its behaviour where each case takes a few milliseconds.
+
+Nothing leaves the machine: the "pod" reaches only the router namespace of `tests.internet_fixtures`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pool import ALL_TRAFFIC, EgressRules
+from pool._kube._guard_client import put_rules
+from pool._kube._guard_wire import GUARD_MARK, GUARD_PORT, GuardRefused, encode_rules
+from pool._local._syscalls import CLONE_NEWNET, setns
+from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, Internet, internet  # noqa: F401 (the fixture)
+from tests.polling import wait_for
+from tests.server_fixtures import REPO
+
+pytestmark = [pytest.mark.anyio, pytest.mark.sandbox]
+
+KEY = "k" * 64
+POD_IP, ROUTER_IP = "192.0.2.2", "192.0.2.1"  # TEST-NET-1: public as far as the rules go, and on no wire
+CURL_CANNOT_CONNECT, CURL_RESET = 7, 56
+# Root with the two capabilities its container adds (pool/_kube/_manifest.py) and no other.
+_AS_IN_ITS_CONTAINER = ["setpriv", "--inh-caps=-all", "--bounding-set=-all,+net_admin,+net_bind_service"]
+
+
+@dataclass
+class Pod:
+    name: str
+    state: Path
+    guard: subprocess.Popen[bytes] | None = None
+
+    def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+
+    def curl(self, url: str) -> subprocess.CompletedProcess[str]:
+        return self.run("curl", "-sSk", "--max-time", "20", url)
+
+    def start_guard(self) -> None:
+        env = {**os.environ, "AGENT_SANDBOX_GUARD_KEY": KEY}
+        argv = [sys.executable, "-m", "pool._kube._guard", f"--state-dir={self.state}", f"--dns={DNS_SERVER}"]
+        self.guard = subprocess.Popen(
+            ["ip", "netns", "exec", self.name, *_AS_IN_ITS_CONTAINER, *argv], env=env, cwd=REPO
+        )
+        wait_for(self._listening, what="the egress guard listening")
+
+    def stop_guard(self) -> None:
+        if self.guard is not None:
+            self.guard.terminate()
+            assert self.guard.wait(30) == 0  # SIGTERM is a clean exit, as a pod's deletion needs
+            self.guard = None
+
+    def socket(self) -> socket.socket:
+        """A TCP socket in the pod's namespace (the gateway dials the pod IP; loopback is the same guard)."""
+        fd, own = os.open(f"/run/netns/{self.name}", os.O_RDONLY), os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            setns(fd, CLONE_NEWNET)
+            try:
+                sock = socket.socket()
+            finally:
+                setns(own, CLONE_NEWNET)
+        finally:
+            os.close(fd)
+            os.close(own)
+        sock.setblocking(False)
+        return sock
+
+    async def put(self, rules: EgressRules, key: str = KEY) -> None:
+        sock = self.socket()
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", GUARD_PORT))
+        await put_rules(sock, key, rules, within=10)
+
+    def _listening(self) -> bool:
+        assert self.guard is not None
+        assert self.guard.poll() is None, "the guard exited"
+        return self.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {GUARD_PORT}))",
+                        ).returncode == 0  # fmt: skip
+
+
+@contextmanager
+def made_pod(net: Internet, work: Path) -> Iterator[Pod]:
+    name, link = f"asbpod{os.getpid()}", f"asbp{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    pod = Pod(name, work)
+    try:
+        for argv in (
+            ["link", "add", link, "netns", net.name, "type", "veth", "peer", "name", "eth0", "netns", name],
+            ["-n", net.name, "addr", "add", f"{ROUTER_IP}/24", "dev", link],
+            ["-n", net.name, "link", "set", link, "up"],
+            ["-n", name, "addr", "add", f"{POD_IP}/24", "dev", "eth0"], ["-n", name, "link", "set", "eth0", "up"],
+            ["-n", name, "link", "set", "lo", "up"], ["-n", name, "route", "add", "default", "via", ROUTER_IP],
+        ):  # fmt: skip
+            subprocess.run(["ip", *argv], check=True, capture_output=True)
+        yield pod
+    finally:
+        pod.stop_guard()
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.fixture
+def pod(internet: Internet, tmp_path: Path) -> Iterator[Pod]:  # noqa: F811 (the imported fixture)
+    with made_pod(internet, tmp_path) as made:
+        made.start_guard()
+        yield made
+
+
+def _reached(result: subprocess.CompletedProcess[str], address: str) -> bool:
+    if result.returncode == 0:
+        assert result.stdout == f"hello from {address}\n"
+        return True
+    assert result.returncode in (CURL_CANNOT_CONNECT, CURL_RESET), result
+    return False
+
+
+async def test_a_pod_reaches_nothing_until_the_gateway_sends_its_rules(pod: Pod) -> None:
+    assert pod.curl(f"http://{WEB_IP}/").returncode == CURL_CANNOT_CONNECT  # refused at connect, not a hang
+    assert pod.run("getent", "hosts", "web.egress.test").returncode != 0  # no name answered either
+    await pod.put(EgressRules())
+    assert _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)
+    assert _reached(pod.curl("http://web.egress.test/"), WEB_IP)  # names resolve through the guard's forwarder
+    assert pod.curl("https://web.egress.test/").stdout == f"hello from {WEB_IP}\n"
+
+
+async def test_the_rules_hold_as_e2b_states_them_and_are_replaced_in_place(pod: Pod) -> None:
+    await pod.put(EgressRules(deny_out=(WEB_IP,)))
+    assert not _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)
+    assert _reached(pod.curl(f"http://{OTHER_IP}/"), OTHER_IP)
+    await pod.put(EgressRules(deny_out=ALL_TRAFFIC))
+    assert not _reached(pod.curl(f"http://{OTHER_IP}/"), OTHER_IP)
+    await pod.put(EgressRules(allow_out=(f"{OTHER_IP}/32",), deny_out=("0.0.0.0/0",)))
+    assert _reached(pod.curl(f"http://{OTHER_IP}/"), OTHER_IP)
+    assert not _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)
+
+
+async def test_domain_rules_match_the_name_the_connection_sends(pod: Pod) -> None:
+    await pod.put(EgressRules(allow_out=("web.egress.test",), deny_out=("0.0.0.0/0",)))
+    assert _reached(pod.curl("http://web.egress.test/"), WEB_IP)  # Host
+    assert pod.curl("https://web.egress.test/").returncode == 0  # TLS SNI
+    assert not _reached(pod.curl("http://other.egress.test/"), OTHER_IP)
+    # The allowed name on a connection to another address: dialled as the name says, never where it pointed.
+    spoofed = pod.run("curl", "-sS", "--max-time", "20", "-H", "Host: web.egress.test", f"http://{OTHER_IP}/")
+    assert spoofed.stdout in ("", f"hello from {WEB_IP}\n"), spoofed
+
+
+async def test_private_and_the_pods_own_addresses_stay_closed_whatever_the_rules(pod: Pod) -> None:
+    await pod.put(EgressRules(allow_out=("10.0.0.0/8", POD_IP, "169.254.169.254")))
+    for address in ("10.1.2.3", "169.254.169.254", POD_IP):
+        result = pod.run("curl", "-sS", "--max-time", "20", f"http://{address}:{GUARD_PORT}/")
+        assert result.returncode in (CURL_CANNOT_CONNECT, CURL_RESET), (address, result)
+
+
+async def test_only_the_namespaces_key_and_a_fresh_nonce_change_the_rules(pod: Pod) -> None:
+    with pytest.raises(GuardRefused, match="not signed"):
+        await pod.put(EgressRules(), key="not" + KEY[3:])
+    assert pod.curl(f"http://{WEB_IP}/").returncode == CURL_CANNOT_CONNECT  # still closed
+    # A request signed for one connection's nonce, replayed on the next: refused (captured bytes are worthless).
+    body = encode_rules(EgressRules())
+    first = pod.run("python3", "-c", _REPLAY, str(GUARD_PORT), KEY, body.decode()).stdout.splitlines()
+    assert first[0] == "ok", first
+    assert first[1].startswith("error: not signed"), first
+    assert pod.curl(f"http://{WEB_IP}/").returncode == 0
+
+
+async def test_a_restarted_guard_puts_the_last_rules_back(pod: Pod) -> None:
+    await pod.put(EgressRules(deny_out=(WEB_IP,)))
+    pod.stop_guard()
+    assert not _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)  # no guard: the table stays, nothing gets out
+    assert not _reached(pod.curl(f"http://{OTHER_IP}/"), OTHER_IP)
+    pod.start_guard()
+    assert _reached(pod.curl(f"http://{OTHER_IP}/"), OTHER_IP)
+    assert not _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)
+
+
+async def test_without_net_admin_and_net_raw_a_process_cannot_pass_as_the_guard(pod: Pod) -> None:
+    """What a sandbox's root has in its container (the runtime drops NET_RAW, and never gives NET_ADMIN)."""
+    await pod.put(EgressRules(deny_out=ALL_TRAFFIC))
+    marked = f"import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, {GUARD_MARK})"
+    dropped = pod.run("setpriv", "--bounding-set=-net_admin,-net_raw", "--inh-caps=-net_admin,-net_raw",
+                      "python3", "-c", marked)  # fmt: skip
+    assert dropped.returncode != 0
+    assert "Operation not permitted" in dropped.stderr, dropped
+    nft = f"import sys; sys.path.insert(0, {str(REPO)!r}); from pool._local._nft_worker import apply_here; " \
+          "apply_here('delete table inet agent_sandbox')"  # fmt: skip
+    refused = pod.run("setpriv", "--bounding-set=-net_admin,-net_raw", "--inh-caps=-net_admin,-net_raw",
+                      "python3", "-c", nft)  # fmt: skip
+    assert refused.returncode != 0, refused
+    assert not _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)
+
+
+# The protocol written out again (not `_guard_wire.sign`): the first exchange answering `ok` checks the two agree.
+_REPLAY = r"""
+import hashlib, hmac, socket, sys
+port, key, body = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+def exchange(line=None):
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        f = s.makefile("rwb")
+        nonce = f.readline().rstrip(b"\n")
+        line = line or hmac.new(key.encode(), nonce + body, hashlib.sha256).hexdigest().encode() + b" " + body
+        f.write(line + b"\n"); f.flush()
+        print(f.readline().decode().strip())
+        return line
+exchange(exchange())
+"""
