@@ -339,8 +339,10 @@ def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     else:
         # The kubelet leaves its containers running when it stops: containerd kills them, then the rest goes.
         stopped = ["kubelet"] if stop_daemon(layout.run, "kubelet", grace=20.0) else []
-        sweep_node(layout)
-        stopped += [name for name in reversed(_REAL_NODE[:-1]) if stop_daemon(layout.run, name, grace=20.0)]
+        try:
+            sweep_node(layout)
+        finally:  # whatever the sweep met, the daemons go: a cluster left running outlives its state dir
+            stopped += [name for name in reversed(_REAL_NODE[:-1]) if stop_daemon(layout.run, name, grace=20.0)]
     if purge and layout.state_dir.exists():
         shutil.rmtree(layout.state_dir)
     return stopped

@@ -195,16 +195,27 @@ def _remove_cgroup_tree(root: Path) -> None:
     if not root.is_dir():
         return
     for _ in range(50):
-        pids = [pid for d in [root, *root.rglob("*")] if d.is_dir() for pid in _procs(d)]
+        pids = [pid for d in _cgroup_tree(root) for pid in _procs(d)]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if not pids:
             break
         time.sleep(0.1)
-    for d in sorted((d for d in [root, *root.rglob("*")] if d.is_dir()), key=lambda p: len(p.parts), reverse=True):
+    for d in sorted(_cgroup_tree(root), key=lambda p: len(p.parts), reverse=True):
         with contextlib.suppress(OSError):
             d.rmdir()
+
+
+def _cgroup_tree(root: Path) -> list[Path]:
+    """`root` and the cgroups below it. The kernel removes a container's cgroup while it is being listed (runc
+    and containerd clean up as their processes die), which fails the walk: it is tried again."""
+    for _ in range(20):
+        try:
+            return [root, *(d for d in root.rglob("*") if d.is_dir())]
+        except FileNotFoundError:
+            time.sleep(0.05)
+    return [root]
 
 
 def _procs(cgroup: Path) -> list[int]:

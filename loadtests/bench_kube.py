@@ -19,12 +19,14 @@ gateway's data plane, in raw HTTP (nothing retried or pooled):
 
 With `--real-node` it measures the stand-in's cluster and then a real node's (`up --real-node`: a real kubelet +
 containerd running the images of deploy/Dockerfile.*, sandboxes as `user`, the gateway in the node's namespace)
-in the same run, and prints both with the real node's p50 over the stand-in's.
+in the same run, and prints both with the real node's p50 over the stand-in's. With `--guard` as well, it then
+measures the real node again with the egress guard in every sandbox pod (`--kube-egress-guard-image`), and
+prints that against the real node without it.
 
 Every timed step starts with the pool full, no refill starting, and no sandbox pod but the one it measures, so
 each figure is one operation on an otherwise idle cluster. The first round warms caches and is not counted.
 
-    .venv/bin/python -m loadtests.bench_kube --runs 20 --warm 2 [--real-node]
+    .venv/bin/python -m loadtests.bench_kube --runs 20 --warm 2 [--real-node [--guard]]
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from tests.scale_to_zero_fixtures import host, metric
 from tests.server_fixtures import RunningServer, free_port, running_server
 
 COLD_TEMPLATE = "sandbox-base-node"
+GUARD_IMAGE = "agent-sandbox/gateway:0.1.0"  # the egress guard's (the gateway's image, as install.yaml has it)
 REAL_NODE_COLD = "base-cold"  # the real node has sandbox-base's image alone: `base` again, with no pool
 _AUTO_RESUME = {"onTimeout": "pause", "autoResume": True}
 SERIES = {
@@ -82,7 +85,10 @@ def dev_cluster(state: Path, *, real_node: bool = False) -> Iterator[Kube]:
             raise RuntimeError(f"kube-dev-cluster up failed ({started.returncode}):\n{started.stderr}")
         yield Kube(load_layout(state), Path(started.stdout.strip().splitlines()[-1]))
     finally:
-        subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, timeout=120)
+        down = subprocess.run([str(SCRIPT), "down", "--state-dir", str(state)], capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+        if down.returncode != 0:  # said, not swallowed: its state dir is about to go, and what runs with it
+            print(f"kube-dev-cluster down failed ({down.returncode}):\n{down.stderr}", file=sys.stderr)
 
 
 def new_namespace(kube: Kube) -> str:
@@ -204,10 +210,13 @@ def _real_node_templates(directory: Path) -> Path:
     return templates
 
 
-def measure(kube: Kube, runs: int, warm: int, tmp: Path, *, real_node: bool = False) -> Series:
+def measure(kube: Kube, runs: int, warm: int, tmp: Path, *, real_node: bool = False, guard: bool = False) -> Series:
+    tmp.mkdir(parents=True, exist_ok=True)
     namespace = new_namespace(kube)
     args = ["--runtime", "kubernetes", "--kubeconfig", str(kube.kubeconfig), "--namespace", namespace,
             "--warm", f"base={warm}", "--pause-after", "0", "--snapshot-after", "0"]  # fmt: skip
+    if guard:
+        args += ["--kube-egress-guard-image", GUARD_IMAGE]
     if real_node:
         node = RealNode(kube)
         args += ["--templates", str(_real_node_templates(tmp / "templates"))]
@@ -249,7 +258,7 @@ def _row(values: list[float]) -> str:
     return f"{len(values):>4} " + " ".join(f"{percentile(values, q):9.1f}" for q in (50, 90, 99))
 
 
-def report(series: Series, warm: int, real: Series | None = None) -> None:
+def report(series: Series, warm: int, real: Series | None = None, guarded: Series | None = None) -> None:
     print(
         f"Kubernetes dev cluster; warm pool base={warm}, cold creates use a template with no pool; ratios are p50 / p50"
     )
@@ -264,7 +273,12 @@ def report(series: Series, warm: int, real: Series | None = None) -> None:
             ratio = percentile(real[name], 50) / percentile(series[name], 50)
             line += f"  | real node: {_row(real[name])}  x{ratio:.2f}"
         print(line)
-    for name, figures in (("stand-in", series), ("real node", real)):
+    if real is not None and guarded is not None:
+        print("real node with the egress guard in every pod (--guard), against the real node without it:")
+        for name, label in SERIES.items():
+            ratio = percentile(guarded[name], 50) / percentile(real[name], 50)
+            print(f"{name:<20} {label:<40} {_row(guarded[name])}  x{ratio:.2f}")
+    for name, figures in (("stand-in", series), ("real node", real), ("real node, guarded", guarded)):
         if figures is None:
             continue
         p50 = {key: percentile(values, 50) for key, values in figures.items()}
@@ -284,19 +298,27 @@ def main() -> None:
         "--real-node", action="store_true",
         help="also measure a real node (kubelet + containerd, the Dockerfiles' images), printed beside the stand-in",
     )  # fmt: skip
+    parser.add_argument(
+        "--guard", action="store_true",
+        help="with --real-node: measure the real node again with the egress guard in every pod, beside it without",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.runs < 1 or args.warm < 1:
         parser.error("--runs and --warm must be at least 1")
+    if args.guard and not args.real_node:
+        parser.error("--guard needs --real-node (the stand-in kubelet runs no egress guard)")
     with tempfile.TemporaryDirectory(prefix="bench-kube-") as tmp, dev_cluster(Path(tmp) / "cluster") as kube:
         series = measure(kube, args.runs, args.warm, Path(tmp))
-    real = None
+    real = guarded = None
     if args.real_node:
         with (
             tempfile.TemporaryDirectory(prefix="bench-kube-real-") as tmp,
             dev_cluster(Path(tmp) / "cluster", real_node=True) as kube,
         ):
-            real = measure(kube, args.runs, args.warm, Path(tmp), real_node=True)
-    report(series, args.warm, real)
+            real = measure(kube, args.runs, args.warm, Path(tmp) / "plain", real_node=True)
+            if args.guard:
+                guarded = measure(kube, args.runs, args.warm, Path(tmp) / "guarded", real_node=True, guard=True)
+    report(series, args.warm, real, guarded)
 
 
 if __name__ == "__main__":

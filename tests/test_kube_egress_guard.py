@@ -1,113 +1,27 @@
-"""The egress guard (`agent-sandbox-egress-guard`) in a network namespace made as a pod's would be: an address,
-a default route into the test internet, and nothing else. The real node's tests run it in real pods; these pin
-its behaviour where each case takes a few milliseconds.
+"""The egress guard (`agent-sandbox-egress-guard`) in a network namespace made as a pod's would be
+(`tests.egress_guard_fixtures`). The real node's tests run it in real pods; these pin its behaviour where each
+case takes a few milliseconds.
 
 Nothing leaves the machine: the "pod" reaches only the router namespace of `tests.internet_fixtures`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pool import ALL_TRAFFIC, EgressRules
-from pool._kube._guard_client import put_rules
 from pool._kube._guard_wire import GUARD_MARK, GUARD_PORT, GuardRefused, encode_rules
-from pool._local._syscalls import CLONE_NEWNET, setns
-from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, Internet, internet  # noqa: F401 (the fixture)
-from tests.polling import wait_for
+from tests.egress_guard_fixtures import KEY, POD_IP, Pod, made_pod
+from tests.internet_fixtures import OTHER_IP, WEB_IP, Internet, internet  # noqa: F401 (the fixture)
 from tests.server_fixtures import REPO
 
-pytestmark = [pytest.mark.anyio, pytest.mark.sandbox]
-
-KEY = "k" * 64
-POD_IP, ROUTER_IP = "192.0.2.2", "192.0.2.1"  # TEST-NET-1: public as far as the rules go, and on no wire
 CURL_CANNOT_CONNECT, CURL_RESET = 7, 56
-# Root with the two capabilities its container adds (pool/_kube/_manifest.py) and no other.
-_AS_IN_ITS_CONTAINER = ["setpriv", "--inh-caps=-all", "--bounding-set=-all,+net_admin,+net_bind_service"]
 
-
-@dataclass
-class Pod:
-    name: str
-    state: Path
-    guard: subprocess.Popen[bytes] | None = None
-
-    def run(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
-
-    def curl(self, url: str) -> subprocess.CompletedProcess[str]:
-        return self.run("curl", "-sSk", "--max-time", "20", url)
-
-    def start_guard(self) -> None:
-        env = {**os.environ, "AGENT_SANDBOX_GUARD_KEY": KEY}
-        argv = [sys.executable, "-m", "pool._kube._guard", f"--state-dir={self.state}", f"--dns={DNS_SERVER}"]
-        self.guard = subprocess.Popen(
-            ["ip", "netns", "exec", self.name, *_AS_IN_ITS_CONTAINER, *argv], env=env, cwd=REPO
-        )
-        wait_for(self._listening, what="the egress guard listening")
-
-    def stop_guard(self) -> None:
-        if self.guard is not None:
-            self.guard.terminate()
-            assert self.guard.wait(30) == 0  # SIGTERM is a clean exit, as a pod's deletion needs
-            self.guard = None
-
-    def socket(self) -> socket.socket:
-        """A TCP socket in the pod's namespace (the gateway dials the pod IP; loopback is the same guard)."""
-        fd, own = os.open(f"/run/netns/{self.name}", os.O_RDONLY), os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        try:
-            setns(fd, CLONE_NEWNET)
-            try:
-                sock = socket.socket()
-            finally:
-                setns(own, CLONE_NEWNET)
-        finally:
-            os.close(fd)
-            os.close(own)
-        sock.setblocking(False)
-        return sock
-
-    async def put(self, rules: EgressRules, key: str = KEY) -> None:
-        sock = self.socket()
-        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", GUARD_PORT))
-        await put_rules(sock, key, rules, within=10)
-
-    def _listening(self) -> bool:
-        assert self.guard is not None
-        assert self.guard.poll() is None, "the guard exited"
-        return self.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {GUARD_PORT}))",
-                        ).returncode == 0  # fmt: skip
-
-
-@contextmanager
-def made_pod(net: Internet, work: Path) -> Iterator[Pod]:
-    name, link = f"asbpod{os.getpid()}", f"asbp{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    pod = Pod(name, work)
-    try:
-        for argv in (
-            ["link", "add", link, "netns", net.name, "type", "veth", "peer", "name", "eth0", "netns", name],
-            ["-n", net.name, "addr", "add", f"{ROUTER_IP}/24", "dev", link],
-            ["-n", net.name, "link", "set", link, "up"],
-            ["-n", name, "addr", "add", f"{POD_IP}/24", "dev", "eth0"], ["-n", name, "link", "set", "eth0", "up"],
-            ["-n", name, "link", "set", "lo", "up"], ["-n", name, "route", "add", "default", "via", ROUTER_IP],
-        ):  # fmt: skip
-            subprocess.run(["ip", *argv], check=True, capture_output=True)
-        yield pod
-    finally:
-        pod.stop_guard()
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+pytestmark = [pytest.mark.anyio, pytest.mark.sandbox]
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ node's namespace has no other route out.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from e2b import ALL_TRAFFIC, Sandbox
 
 from tests import real_node_fixtures
 from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, Internet, made_internet
+from tests.polling import wait_for
 from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates
 from tests.server_fixtures import RunningServer, point_e2b_at
 from tests.test_kube_real_node import _namespace, _sandbox_pod
@@ -51,7 +53,7 @@ def server(
 ) -> Iterator[RunningServer]:
     directory = tmp_path_factory.mktemp("real-node-egress")
     args = ["--namespace", namespace, "--templates", str(install_templates(directory / "templates")),
-            "--kube-egress-guard-image", GUARD_IMAGE, "--sandbox-dns", DNS_SERVER]  # fmt: skip
+            "--kube-egress-guard-image", GUARD_IMAGE, "--sandbox-dns", DNS_SERVER, "--warm", "base=1"]  # fmt: skip
     with gateway_on_node(real_node, directory / "data", *args) as server:
         yield server
 
@@ -97,6 +99,24 @@ def test_allow_internet_access_false_and_cidr_rules_hold_without_a_policy_cni(ma
     denied = _created(made, network={"deny_out": ["203.0.113.16/28"]})
     assert not _reaches(denied, f"http://{WEB_IP}/", WEB_IP)
     assert _reaches(denied, f"http://{OTHER_IP}/", OTHER_IP)
+
+
+def test_a_claimed_warm_pod_gets_the_callers_rules_before_the_caller_gets_it(
+    real_node: RealNode, namespace: str, made: list[Sandbox]
+) -> None:
+    """A warm pod ran its template's start commands closed; the claim puts the create's rules in force."""
+    wait_for(lambda: _warm_ready(real_node, namespace), what="a warm pod of template base", within=120)
+    sbx = _created(made, network={"deny_out": [f"{WEB_IP}/32"]})
+    pod = _sandbox_pod(real_node, namespace, sbx.sandbox_id)
+    assert pod["metadata"]["labels"]["agent-sandbox.dev/claimed-from"] == "base"
+    assert not _reaches(sbx, f"http://{WEB_IP}/", WEB_IP)
+    assert _reaches(sbx, f"http://{OTHER_IP}/", OTHER_IP)
+
+
+def _warm_ready(node: RealNode, namespace: str) -> bool:
+    pods = json.loads(node.kube.kubectl("get", "pods", "-n", namespace, "-l", "agent-sandbox.dev/role=warm", "-o",
+                                        "json"))["items"]  # fmt: skip
+    return any(p["metadata"].get("annotations", {}).get("agent-sandbox.dev/warm-ready") == "true" for p in pods)
 
 
 def test_allow_out_domains_are_enforced_by_the_name_each_connection_sends(made: list[Sandbox]) -> None:

@@ -80,8 +80,9 @@ class Egress:
     async def attach(self, sandbox_id: str, netns_fd: int, rules: EgressRules, *, fresh: bool = False) -> None:
         """Give the sandbox `rules` (replacing its previous ones, and cutting its connections they now deny).
 
-        A sandbox that has never had internet gets nothing at all (its loopback is all it can reach): starting a
-        warm or an offline sandbox costs nothing, and its first rules cost a creation, not a replacement.
+        A local sandbox that has never had internet gets nothing at all (its loopback is all it can reach): starting
+        a warm or an offline sandbox costs nothing, and its first rules cost a creation, not a replacement. Where
+        the proxy shares the namespace (`EgressSettings.mark`), which has a network of its own, it is closed.
         `fresh`: the namespace is known to hold no table yet (a start), so none is replaced; a restored or
         re-adopted namespace may hold its old one (CRIU restores nftables; a restart leaves it).
         """
@@ -97,7 +98,7 @@ class Egress:
                     task.cancel()
             return
         mark = self._settings.mark
-        if not policy.internet and not mark:  # (a namespace the proxy shares has a network of its own to close)
+        if not policy.internet and not mark:
             return
         tcp, udp = await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: _set_up(policy, not fresh, mark))
         attached = _Attached(policy, tcp, DnsForwarder(udp, self._servers, mark=mark))
