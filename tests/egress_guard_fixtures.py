@@ -25,9 +25,9 @@ from tests.internet_fixtures import DNS_SERVER, Internet
 from tests.polling import wait_for
 from tests.server_fixtures import REPO
 
-__all__ = ["KEY", "POD_IP", "Pod", "made_pod"]
+__all__ = ["KEY", "POD_IP", "POD_NAME", "Pod", "made_pod"]
 
-KEY = "k" * 64
+KEY, POD_NAME = "k" * 64, "sandbox-abc-x1y2z"
 POD_IP, ROUTER_IP = "192.0.2.2", "192.0.2.1"  # TEST-NET-1: public as far as the rules go, and on no wire
 # Root with the two capabilities its container adds (pool/_kube/_manifest.py) and no other.
 _AS_IN_ITS_CONTAINER = ["setpriv", "--inh-caps=-all", "--bounding-set=-all,+net_admin,+net_bind_service"]
@@ -36,6 +36,7 @@ _AS_IN_ITS_CONTAINER = ["setpriv", "--inh-caps=-all", "--bounding-set=-all,+net_
 @dataclass
 class Pod:
     name: str
+    router: str  # the namespace the gateway's requests come from (outside the pod, as a gateway's do)
     state: Path
     guard: subprocess.Popen[bytes] | None = None
 
@@ -46,8 +47,13 @@ class Pod:
     def curl(self, url: str) -> subprocess.CompletedProcess[str]:
         return self.run("curl", "-sSk", "--max-time", "20", url)
 
+    def close(self) -> None:
+        """What the pod's init container does: no-internet in force before anything else starts."""
+        argv = [sys.executable, "-m", "pool._kube._guard", "--close"]
+        subprocess.run(["ip", "netns", "exec", self.name, *_AS_IN_ITS_CONTAINER, *argv], cwd=REPO, check=True)
+
     def start_guard(self) -> None:
-        env = {**os.environ, "AGENT_SANDBOX_GUARD_KEY": KEY}
+        env = {**os.environ, "AGENT_SANDBOX_GUARD_KEY": KEY, "AGENT_SANDBOX_POD_NAME": POD_NAME}
         argv = [sys.executable, "-m", "pool._kube._guard", f"--state-dir={self.state}", f"--dns={DNS_SERVER}"]
         self.guard = subprocess.Popen(
             ["ip", "netns", "exec", self.name, *_AS_IN_ITS_CONTAINER, *argv], env=env, cwd=REPO
@@ -60,9 +66,10 @@ class Pod:
             assert self.guard.wait(30) == 0  # SIGTERM is a clean exit, as a pod's deletion needs
             self.guard = None
 
-    def socket(self) -> socket.socket:
-        """A TCP socket in the pod's namespace (the gateway dials the pod IP; loopback is the same guard)."""
-        fd, own = os.open(f"/run/netns/{self.name}", os.O_RDONLY), os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    def socket(self, *, inside: bool = False) -> socket.socket:
+        """A TCP socket in the router's namespace, as the gateway's are (or, `inside`, in the pod's)."""
+        where = self.name if inside else self.router
+        fd, own = os.open(f"/run/netns/{where}", os.O_RDONLY), os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
             setns(fd, CLONE_NEWNET)
             try:
@@ -75,23 +82,24 @@ class Pod:
         sock.setblocking(False)
         return sock
 
-    async def put(self, rules: EgressRules, key: str = KEY) -> None:
+    async def put(self, rules: EgressRules, key: str = KEY, pod: str = POD_NAME) -> None:
         sock = self.socket()
-        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", GUARD_PORT))
-        await put_rules(sock, key, rules, within=10)
+        await asyncio.get_running_loop().sock_connect(sock, (POD_IP, GUARD_PORT))
+        await put_rules(sock, key, pod, rules, within=10)
 
     def _listening(self) -> bool:
         assert self.guard is not None
         assert self.guard.poll() is None, "the guard exited"
-        return self.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {GUARD_PORT}))",
-                        ).returncode == 0  # fmt: skip
+        with self.socket() as sock:
+            sock.settimeout(2)
+            return sock.connect_ex((POD_IP, GUARD_PORT)) == 0
 
 
 @contextmanager
 def made_pod(net: Internet, work: Path) -> Iterator[Pod]:
     name, link = f"asbpod{os.getpid()}", f"asbp{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
-    pod = Pod(name, work)
+    pod = Pod(name, net.name, work)
     try:
         for argv in (
             ["link", "add", link, "netns", net.name, "type", "veth", "peer", "name", "eth0", "netns", name],

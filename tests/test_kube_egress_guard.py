@@ -15,7 +15,7 @@ import pytest
 
 from pool import ALL_TRAFFIC, EgressRules
 from pool._kube._guard_wire import GUARD_MARK, GUARD_PORT, GuardRefused, encode_rules
-from tests.egress_guard_fixtures import KEY, POD_IP, Pod, made_pod
+from tests.egress_guard_fixtures import KEY, POD_IP, POD_NAME, Pod, made_pod
 from tests.internet_fixtures import OTHER_IP, WEB_IP, Internet, internet  # noqa: F401 (the fixture)
 from tests.server_fixtures import REPO
 
@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.sandbox]
 @pytest.fixture
 def pod(internet: Internet, tmp_path: Path) -> Iterator[Pod]:  # noqa: F811 (the imported fixture)
     with made_pod(internet, tmp_path) as made:
+        made.close()  # as its init container does
         made.start_guard()
         yield made
 
@@ -76,16 +77,25 @@ async def test_private_and_the_pods_own_addresses_stay_closed_whatever_the_rules
         assert result.returncode in (CURL_CANNOT_CONNECT, CURL_RESET), (address, result)
 
 
-async def test_only_the_namespaces_key_and_a_fresh_nonce_change_the_rules(pod: Pod) -> None:
+async def test_only_the_namespaces_key_for_this_pod_and_a_fresh_nonce_change_the_rules(pod: Pod) -> None:
     with pytest.raises(GuardRefused, match="not signed"):
         await pod.put(EgressRules(), key="not" + KEY[3:])
+    with pytest.raises(GuardRefused, match="not signed"):
+        await pod.put(EgressRules(), pod="another-pod-that-had-this-address")
     assert pod.curl(f"http://{WEB_IP}/").returncode == CURL_CANNOT_CONNECT  # still closed
     # A request signed for one connection's nonce, replayed on the next: refused (captured bytes are worthless).
     body = encode_rules(EgressRules())
-    first = pod.run("python3", "-c", _REPLAY, str(GUARD_PORT), KEY, body.decode()).stdout.splitlines()
-    assert first[0] == "ok", first
-    assert first[1].startswith("error: not signed"), first
+    replay = ["ip", "netns", "exec", pod.router, "python3", "-c", _REPLAY, POD_IP, str(GUARD_PORT), KEY, POD_NAME]
+    answers = subprocess.run([*replay, body.decode()], capture_output=True, text=True, timeout=30).stdout.split("\n")
+    assert answers[0].startswith("ok "), answers
+    assert answers[1].startswith("error: not signed"), answers
     assert pod.curl(f"http://{WEB_IP}/").returncode == 0
+
+
+async def test_the_sandbox_cannot_even_talk_to_its_guard(pod: Pod) -> None:
+    """Over loopback (the only way the pod's own processes reach the port) the guard closes at once."""
+    talk = f"import socket; s = socket.create_connection(('127.0.0.1', {GUARD_PORT})); print(repr(s.recv(64)))"
+    assert pod.run("python3", "-c", talk).stdout.strip() == "b''"
 
 
 async def test_a_restarted_guard_puts_the_last_rules_back(pod: Pod) -> None:
@@ -114,15 +124,16 @@ async def test_without_net_admin_and_net_raw_a_process_cannot_pass_as_the_guard(
     assert not _reached(pod.curl(f"http://{WEB_IP}/"), WEB_IP)
 
 
-# The protocol written out again (not `_guard_wire.sign`): the first exchange answering `ok` checks the two agree.
+# The protocol written out again (not `_guard_wire`'s): the first exchange answering `ok` checks the two agree.
 _REPLAY = r"""
-import hashlib, hmac, socket, sys
-port, key, body = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+import hashlib, hmac, os, socket, sys
+address, port, key, pod, body = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].encode(), sys.argv[5].encode()
 def exchange(line=None):
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.create_connection((address, port)) as s:
         f = s.makefile("rwb")
-        nonce = f.readline().rstrip(b"\n")
-        line = line or hmac.new(key.encode(), nonce + body, hashlib.sha256).hexdigest().encode() + b" " + body
+        theirs, ours = f.readline().rstrip(b"\n"), os.urandom(16).hex().encode()
+        mac = hmac.new(key.encode(), b"\n".join((b"rules", theirs, ours, pod, body)), hashlib.sha256).hexdigest()
+        line = line or b" ".join((ours, mac.encode(), body))
         f.write(line + b"\n"); f.flush()
         print(f.readline().decode().strip())
         return line

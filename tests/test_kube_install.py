@@ -161,9 +161,14 @@ def test_a_sandbox_pods_guard_alone_holds_net_admin_and_its_key_reaches_no_other
     assert guard_container["command"][-1] == "--denied=$(AGENT_SANDBOX_NODE_IP)"  # the node is never reached
     assert guard_container["startupProbe"]["tcpSocket"] == {"port": 49982}
     assert "readinessProbe" not in guard_container  # probed until it listens, not for the pod's whole life
+    [closer] = pod["initContainers"]  # closes the pod before the executor starts (the kubelet waits for no guard)
+    assert closer["command"] == ["agent-sandbox-egress-guard", "--close"]
+    assert closer["securityContext"] == guard_container["securityContext"]
+    assert "env" not in closer  # no key: it only closes
     without = replica_set(spec, image_prefix="p-", executor_args=())["spec"]["template"]["spec"]
     assert [c["name"] for c in without["containers"]] == ["executor"]
     assert "volumes" not in without
+    assert "initContainers" not in without
 
 
 @pytest.mark.parametrize("version", schema_versions())

@@ -182,19 +182,32 @@ class KubeSandboxes:
             await self._egress.delete(sandbox_id)
 
     async def guard_rules(self, sandbox_id: str, rules: EgressRules) -> None:
-        """Have the egress guard of each Ready pod of the sandbox enforce `rules` (none without a guard). A pod
-        not Ready yet is told by whoever waits for it (`start`, `restore`): until then it reaches nothing."""
+        """Have the egress guard of every live pod of the sandbox enforce `rules` (nothing without a guard).
+
+        Ready or not: a pod whose guard is restarting would otherwise keep (and put back) older rules while the
+        caller is told the new ones hold. Each guard is retried for `connect_wait`; one that does not answer for
+        the rules by then fails the call. A pod without an address yet starts closed, and is told by whoever
+        waits for it (`start`, `restore`)."""
         if self._settings.guard is None:
             return
         key = await self._guard_key.get()
         for pod in list(self._pods.of(sandbox_id).values()):
-            if (ip := pod.ready_ip) is not None:
-                what = f"the egress guard of sandbox {sandbox_id}"
-                sock = await connect(ip, GUARD_PORT, self._settings.connect_wait, what)
-                try:
-                    await put_rules(sock, key, rules, within=self._settings.connect_wait)
-                except GuardRefused as exc:
-                    raise RuntimeFailure(f"sandbox {sandbox_id} (pod {pod.metadata.name}): {exc}") from exc
+            if pod.status.pod_ip and pod.metadata.deletion_timestamp is None:
+                await self._put_guard_rules(sandbox_id, pod.metadata.name, pod.status.pod_ip, key, rules)
+
+    async def _put_guard_rules(self, sandbox_id: str, pod: str, ip: str, key: str, rules: EgressRules) -> None:
+        what = f"the egress guard of sandbox {sandbox_id} (pod {pod})"
+        deadline = asyncio.get_running_loop().time() + self._settings.connect_wait
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                sock = await connect(ip, GUARD_PORT, max(left, 0.1), what)
+                await put_rules(sock, key, pod, rules, within=max(left, 0.1))
+                return
+            except (RuntimeFailure, GuardRefused) as exc:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise RuntimeFailure(f"{what}: {exc}") from exc
+            await asyncio.sleep(0.2)
 
     async def stop(self, sandbox_id: str, *, keep_files: bool = False) -> None:
         """Delete the ReplicaSet; the garbage collector deletes its pod and archive (`keep_files` is moot)."""

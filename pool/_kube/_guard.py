@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -31,15 +32,21 @@ from pool._errors import RuntimeFailure
 from pool._kube._guard_wire import (
     GUARD_KEY_ENV,
     GUARD_MARK,
+    GUARD_POD_ENV,
     GUARD_PORT,
     MAX_REQUEST_BYTES,
+    answer_mac,
     decode_rules,
     encode_rules,
+    is_nonce,
+    macs_match,
     new_nonce,
-    signature_holds,
+    request_mac,
 )
-from pool._local._egress import Egress, EgressSettings
+from pool._local._egress import TABLE, Egress, EgressSettings
+from pool._local._egress_policy import ALWAYS_DENIED, EgressPolicy
 from pool._local._netns import SameNamespace
+from pool._local._nft import run_nft
 from pool._runtime import ALL_TRAFFIC, EgressRules
 
 __all__ = ["CLOSED", "Guard", "GuardSettings", "main"]
@@ -49,10 +56,12 @@ CLOSED = EgressRules(deny_out=ALL_TRAFFIC)  # E2B's allow_internet_access=false:
 _SELF = "pod"  # the one sandbox an `Egress` of the guard knows
 _RULES_FILE = "rules.json"
 _REQUEST_SECONDS = 10.0
+_MAX_CONTROL = 8  # control connections at a time (the gateway makes one per change)
 
 
 class GuardSettings(msgspec.Struct, frozen=True, kw_only=True):
     key: str  # the namespace's guard key (`_guard_wire`)
+    pod: str  # the name of this pod, which every request must name
     state_dir: Path  # where the rules in force are kept across a restart of the guard
     dns_servers: tuple[str, ...] = ()  # where the sandbox's queries go; () = the pod's resolv.conf (cluster DNS)
     denied: tuple[str, ...] = ()  # CIDRs and IPs never reached, on top of the private ranges and the pod's own
@@ -68,6 +77,7 @@ class Guard:
         self._egress = Egress(egress, SameNamespace())
         self._netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)  # SameNamespace ignores it
         self._lock = asyncio.Lock()  # one replacement at a time: the file and the table stay the same rules
+        self._serving = 0  # control connections open now (`_MAX_CONTROL`)
 
     async def start(self) -> asyncio.Server:
         """Put the kept rules (else `CLOSED`) in force, then listen: once the port answers, the pod is guarded."""
@@ -81,11 +91,17 @@ class Guard:
         os.close(self._netns)
 
     async def replace(self, rules: EgressRules) -> None:
+        """Put `rules` in force and keep them; on any failure neither (the kept file is written first, and only
+        renamed into place once the table holds them)."""
         async with self._lock:
-            await self._egress.attach(_SELF, self._netns, rules)
             path = self._settings.state_dir / _RULES_FILE
             temporary = path.with_suffix(".new")
             temporary.write_bytes(encode_rules(rules))
+            try:
+                await self._egress.attach(_SELF, self._netns, rules)
+            except BaseException:
+                temporary.unlink(missing_ok=True)
+                raise
             temporary.replace(path)
         _log.info("egress guard: in force: %s", encode_rules(rules).decode())
 
@@ -99,6 +115,13 @@ class Guard:
             return None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request. Only from outside the pod: the sandbox reaches this port over loopback alone, and is
+        closed on at once, as are callers past `_MAX_CONTROL` at a time."""
+        peer = writer.get_extra_info("peername")
+        if self._serving >= _MAX_CONTROL or peer is None or _is_loopback(peer[0]):
+            writer.close()
+            return
+        self._serving += 1
         nonce = new_nonce()
         try:
             writer.write(nonce + b"\n")
@@ -110,18 +133,31 @@ class Guard:
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # a caller gone, slow or oversized gets no answer: nothing was changed for it
         finally:
+            self._serving -= 1
             writer.close()
 
     async def _answer(self, nonce: bytes, line: bytes) -> bytes:
-        signature, _, body = line.partition(b" ")
-        if not signature_holds(self._settings.key, nonce, body, signature):
-            return b"error: not signed with this namespace's guard key"
+        theirs, _, rest = line.partition(b" ")
+        signature, _, body = rest.partition(b" ")
+        key, pod = self._settings.key, self._settings.pod
+        if not is_nonce(theirs) or not macs_match(request_mac(key, nonce, theirs, pod, body), signature):
+            return b"error: not signed with this namespace's guard key for this pod"
         try:
             await self.replace(decode_rules(body))
         except (ValueError, RuntimeFailure, OSError) as exc:
             _log.warning("egress guard: rules refused: %s", exc)
             return f"error: {exc}".encode()
-        return b"ok"
+        return b"ok " + answer_mac(key, nonce, theirs, pod, body)
+
+
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%")[0]).is_loopback or address.startswith("::ffff:127.")
+
+
+def close_pod() -> None:
+    """Put `CLOSED` in force and return: the pod's init container, so that the pod is closed before any of
+    its containers starts (the guard's own start is not waited for), and stays so if the guard never starts."""
+    run_nft(EgressPolicy(CLOSED, always_denied=ALWAYS_DENIED).ruleset(TABLE, replace=True, mark=GUARD_MARK))
 
 
 async def _run(settings: GuardSettings) -> None:
@@ -142,21 +178,27 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="agent-sandbox-egress-guard",
         description="Hold this pod's sandbox to its egress rules (run by the kubernetes runtime in every sandbox "
-        f"pod). The key is ${GUARD_KEY_ENV}; the rules come from the gateway on --port.",
+        f"pod). The key is ${GUARD_KEY_ENV}, the pod's name ${GUARD_POD_ENV}; the rules come from the gateway on "
+        "--port.",
     )
-    parser.add_argument("--state-dir", type=Path, required=True, help="where the rules in force are kept")
+    parser.add_argument("--close", action="store_true", help="put no-internet in force and exit (the pod's "
+                        "init container: closed before any other container starts)")  # fmt: skip
+    parser.add_argument("--state-dir", type=Path, help="where the rules in force are kept (required to serve)")
     parser.add_argument("--dns", action="append", default=[], help="a resolver for the sandbox (repeat; default: "
                         "the pod's /etc/resolv.conf)")  # fmt: skip
     parser.add_argument("--denied", action="append", default=[], help="an IP or CIDR never reached (repeat)")
     parser.add_argument("--port", type=int, default=GUARD_PORT, help=f"the control port (default {GUARD_PORT})")
     args = parser.parse_args(argv)
-    key = os.environ.get(GUARD_KEY_ENV, "")
-    if not key:
-        sys.exit(f"agent-sandbox-egress-guard: ${GUARD_KEY_ENV} is not set")
+    if args.close:
+        close_pod()
+        return
+    key, pod = os.environ.get(GUARD_KEY_ENV, ""), os.environ.get(GUARD_POD_ENV, "")
+    if not key or not pod or args.state_dir is None:
+        sys.exit(f"agent-sandbox-egress-guard: serving needs ${GUARD_KEY_ENV}, ${GUARD_POD_ENV} and --state-dir")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     denied = tuple(entry for entry in args.denied if entry)  # an empty downward-API value (no host IP yet)
     settings = GuardSettings(
-        key=key, state_dir=args.state_dir, dns_servers=tuple(args.dns), denied=denied, port=args.port
+        key=key, pod=pod, state_dir=args.state_dir, dns_servers=tuple(args.dns), denied=denied, port=args.port
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(settings))

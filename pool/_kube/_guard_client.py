@@ -9,13 +9,23 @@ runtime creates anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 import msgspec
 
 from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi, KubeApiError
-from pool._kube._guard_wire import GuardRefused, encode_rules, new_key, sign
+from pool._kube._guard_wire import (
+    GuardRefused,
+    answer_mac,
+    encode_rules,
+    is_nonce,
+    macs_match,
+    new_key,
+    new_nonce,
+    request_mac,
+)
 from pool._kube._shapes import GUARD_KEY_FIELD, GUARD_KEY_ROLE, GUARD_KEY_SECRET, ROLE_LABEL, Secret, SecretMeta
 from pool._runtime import EgressRules
 
@@ -73,19 +83,31 @@ class GuardKey:
         return key
 
 
-async def put_rules(sock: socket.socket, key: str, rules: EgressRules, *, within: float) -> None:
-    """Have the guard at the other end of `sock` enforce `rules` (`_guard_wire`'s exchange); `GuardRefused` else.
-    The socket is used up."""
-    reader, writer = await asyncio.open_connection(sock=sock, limit=_ANSWER_BYTES)
+async def put_rules(sock: socket.socket, key: str, pod: str, rules: EgressRules, *, within: float) -> None:
+    """Have the guard of pod `pod`, at the other end of `sock`, enforce `rules` (`_guard_wire`'s exchange);
+    `GuardRefused` unless it answered for them with the key. The socket is used up."""
+    try:
+        reader, writer = await asyncio.open_connection(sock=sock, limit=_ANSWER_BYTES)
+    except BaseException:
+        sock.close()
+        raise
     try:
         async with asyncio.timeout(within):
-            nonce = (await reader.readuntil(b"\n")).rstrip(b"\n")
-            body = encode_rules(rules)
-            writer.write(sign(key, nonce, body) + b" " + body + b"\n")
+            theirs = (await reader.readuntil(b"\n")).rstrip(b"\n")
+            if not is_nonce(theirs):
+                raise GuardRefused("the egress guard's port answered with no nonce")
+            ours, body = new_nonce(), encode_rules(rules)
+            writer.write(b" ".join((ours, request_mac(key, theirs, ours, pod, body), body)) + b"\n")
             answer = (await reader.readline()).rstrip(b"\n")
     except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
         raise GuardRefused(f"no answer from the egress guard: {exc!r}") from exc
     finally:
         writer.close()
-    if answer != b"ok":
-        raise GuardRefused(f"the egress guard refused the rules: {answer.decode(errors='replace') or 'closed'}")
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    verdict, _, proof = answer.partition(b" ")
+    if verdict == b"ok" and macs_match(answer_mac(key, theirs, ours, pod, body), proof):
+        return
+    if verdict == b"ok":
+        raise GuardRefused("an answer of `ok` that is not the egress guard's (whoever holds its port)")
+    raise GuardRefused(f"the egress guard refused the rules: {answer.decode(errors='replace') or 'closed'}")

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from executor.envd import ENVD_PORT
-from pool._kube._guard_wire import GUARD_CONTAINER, GUARD_KEY_ENV, GUARD_PORT
+from pool._kube._guard_wire import GUARD_CONTAINER, GUARD_KEY_ENV, GUARD_POD_ENV, GUARD_PORT
 from pool._kube._shapes import (
     EGRESS_LABEL,
     GUARD_KEY_FIELD,
@@ -96,9 +96,12 @@ def replica_set(
         # NET_RAW would let root in the sandbox mark its packets (SO_MARK) as the egress guard's, and craft any.
         "securityContext": {"capabilities": {"drop": ["NET_RAW"]}},
     }
-    containers, volumes = [container], []
+    containers, volumes, init = [container], [], []
     if guard is not None:
-        containers.insert(0, _guard_container(guard))  # started first: the kubelet starts them in order
+        # The kubelet starts the containers one after another without waiting for the guard: the init container
+        # closes the pod's network first, and the executor starts only after it has.
+        init.append(_guard_container(guard, close=True))
+        containers.insert(0, _guard_container(guard))
         volumes.append({"name": _GUARD_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
     metadata = {"name": replica_set_name(spec.sandbox_id), "labels": labels, "annotations": dict(spec.annotations)}
     return {
@@ -111,6 +114,7 @@ def replica_set(
             "template": {
                 "metadata": {"labels": {**labels, **own_egress}},
                 "spec": {
+                    **({"initContainers": init} if init else {}),
                     "containers": containers,
                     **({"volumes": volumes} if volumes else {}),
                     "terminationGracePeriodSeconds": _GRACE_SECONDS,
@@ -129,10 +133,21 @@ _GUARD_STATE = "/run/agent-sandbox-guard"
 _NODE_IP_ENV = "AGENT_SANDBOX_NODE_IP"
 
 
-def _guard_container(guard: EgressGuard) -> dict[str, Any]:
+def _guard_container(guard: EgressGuard, *, close: bool = False) -> dict[str, Any]:
     """Root with two capabilities and nothing else: NET_ADMIN for the pod's table and its packets' mark,
-    NET_BIND_SERVICE for its sockets on ports 1 and 53. A startup probe (not a readiness one, which would keep
-    probing every pod for good) holds the pod unready until the table is in place and the guard listens."""
+    NET_BIND_SERVICE for its sockets on ports 1 and 53. With `close`, the init container that puts no-internet
+    in force and exits. Else the guard: a startup probe (not a readiness one, which would keep probing every pod
+    for good) holds the pod unready until it listens."""
+    security = {
+        "runAsUser": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_BIND_SERVICE"]},
+    }  # fmt: skip
+    if close:
+        resources = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}
+        return {
+            "name": f"{GUARD_CONTAINER}-close", "image": guard.image,
+            "command": ["agent-sandbox-egress-guard", "--close"], "resources": resources, "securityContext": security,
+        }  # fmt: skip
     flags = [*(f"--dns={server}" for server in guard.dns_servers), *(f"--denied={cidr}" for cidr in guard.denied)]
     key = {"secretKeyRef": {"name": GUARD_KEY_SECRET, "key": GUARD_KEY_FIELD}}
     return {
@@ -141,18 +156,14 @@ def _guard_container(guard: EgressGuard) -> dict[str, Any]:
         "command": ["agent-sandbox-egress-guard", f"--state-dir={_GUARD_STATE}", *flags, f"--denied=$({_NODE_IP_ENV})"],
         "env": [
             {"name": GUARD_KEY_ENV, "valueFrom": key},
+            {"name": GUARD_POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": _NODE_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         ],
         "ports": [{"name": "egress-guard", "containerPort": GUARD_PORT}],
         "startupProbe": {"tcpSocket": {"port": GUARD_PORT}, "periodSeconds": 1, "failureThreshold": 120},
-        "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
-        "securityContext": {
-            "runAsUser": 0,
-            "runAsNonRoot": False,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_BIND_SERVICE"]},
-        },
+        # Each busy relay holds up to 2 MiB of pipe (pool/_local/_egress_relay.py): room for ~100 at once.
+        "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
+        "securityContext": security,
         "volumeMounts": [{"name": _GUARD_VOLUME, "mountPath": _GUARD_STATE}],
     }
 

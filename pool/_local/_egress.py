@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,9 +32,10 @@ from pool._local._netns import Namespaces
 from pool._local._nft import run_nft
 from pool._runtime import EgressRules
 
-__all__ = ["Egress", "EgressSettings"]
+__all__ = ["TABLE", "Egress", "EgressSettings"]
 
-_TABLE = "agent_sandbox"
+_log = logging.getLogger("pool.egress")
+TABLE = "agent_sandbox"  # the nftables table of every sandbox (pod) it guards
 _T = TypeVar("_T")
 
 
@@ -89,7 +91,7 @@ class Egress:
         policy = self.policy(rules)
         attached = self._attached.get(sandbox_id)
         if attached is not None:
-            ruleset = policy.ruleset(_TABLE, replace=True, mark=self._settings.mark)
+            ruleset = policy.ruleset(TABLE, replace=True, mark=self._settings.mark)
             await asyncio.to_thread(self._in_sandbox, netns_fd, lambda: run_nft(ruleset))
             attached.policy = policy
             attached.dns.answering = policy.internet
@@ -131,7 +133,12 @@ class Egress:
         loop = asyncio.get_running_loop()
         dns = listener.getsockname()[0] == DNS_ADDRESS
         while True:
-            conn, _ = await loop.sock_accept(listener)
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors (EMFILE), or the like: the listener stays, and so do we
+                _log.warning("egress: cannot accept a sandbox's connection: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
             conn.setblocking(False)
             try:  # a connection made to the proxy's own address, not redirected, has no original destination
                 destination = (self._servers[0], 53) if dns and self._servers else original_destination(conn)
@@ -219,7 +226,7 @@ def _set_up(policy: EgressPolicy, replace: bool, mark: int) -> tuple[list[socket
     """Inside the sandbox's namespace (blocking): route (where it has none), table, and the host's sockets there
     (all closed again when one cannot be made, e.g. its port taken by the sandbox while no server held it)."""
     add_default_routes()
-    run_nft(policy.ruleset(_TABLE, replace=replace, mark=mark))
+    run_nft(policy.ruleset(TABLE, replace=replace, mark=mark))
     made: list[socket.socket] = []
     try:
         made += [_listener(socket.AF_INET, "127.0.0.1", PROXY_PORT), _listener(socket.AF_INET, DNS_ADDRESS, 53)]

@@ -8,7 +8,7 @@ the name the connection sends, `_egress_names`): with them, TCP that no address 
 proxy too, and is reset there unless its name is allowed.
 
 Order (E2B's): always denied > allowed > denied > the default (allowed unless `deny_out` covers all).
-DNS (UDP port 53, any address) goes to the host's forwarder. A sandbox without internet (E2B's
+DNS (UDP and TCP port 53, any address) goes to the host's forwarder. A sandbox without internet (E2B's
 `allow_internet_access=false`, and warm sandboxes before their claim) reaches nothing, names included: its
 table rejects everything but loopback, or, when it never had internet, it has no route at all (ENETUNREACH).
 """
@@ -88,7 +88,7 @@ class EgressPolicy:
         if not self.internet:
             verdicts = f"{shared}\t\t{_REJECT_TCP}\n\t\t{_REJECT_OTHER}\n"
             return _prefix(table, replace) + _TABLE.format(table=table, verdicts=verdicts, divert="")
-        verdicts = shared + "\t\tmeta nfproto ipv4 udp dport 53 accept\n" + f"\t\tmeta l4proto != tcp {_REJECT_OTHER}\n"
+        verdicts = shared + _DNS + f"\t\tmeta l4proto != tcp {_REJECT_OTHER}\n"
         # With domain rules, TCP the addresses do not allow still goes to the proxy, which reads the name.
         denied = [] if self.domains else [(self._deny, _REJECT_TCP)]
         for networks, verdict in ((self._always, _REJECT_TCP), (self._allow, "accept"), *denied):
@@ -106,7 +106,10 @@ class EgressPolicy:
 
 
 _REJECT_TCP = "meta l4proto tcp reject with tcp reset"
-_SHARED = "\t\tmeta mark {mark:#x} accept\n\t\tct state established,related accept\n"
+# DNS to any address goes to the forwarder, over TCP too (glibc's fallback for a truncated answer, to a resolver
+# that is often a private address: a pod's cluster DNS).
+_DNS = "\t\tmeta nfproto ipv4 udp dport 53 accept\n\t\tmeta nfproto ipv4 tcp dport 53 accept\n"
+_SHARED = "\t\tmeta mark {mark:#x} accept\n\t\tct direction reply ct state established,related accept\n"
 _REJECT_OTHER = "reject with icmpx admin-prohibited"
 _TABLE = """table inet {table} {{
 \tchain guard {{
@@ -121,6 +124,7 @@ _DIVERT = """\tchain divert {{
 \t\tip daddr 127.0.0.0/8 return
 \t\tip6 daddr ::1 return
 {own}\t\tmeta nfproto ipv4 udp dport 53 dnat ip to {dns}:53
+\t\tmeta nfproto ipv4 tcp dport 53 dnat ip to {dns}:53
 \t\tmeta nfproto ipv4 meta l4proto tcp dnat ip to 127.0.0.1:{port}
 \t\tmeta nfproto ipv6 meta l4proto tcp dnat ip6 to [::1]:{port}
 \t}}
