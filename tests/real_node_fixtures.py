@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -105,6 +106,21 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     require_real_node()
     with shared_cluster(tmp_path_factory, real_node=True) as cluster:
         yield RealNode(cluster)
+
+
+def new_namespace(node: RealNode) -> str:
+    """A namespace of its own on the real node, for one module's (or test's) gateway."""
+    name = f"real-{secrets.token_hex(4)}"
+    node.kube.kubectl("create", "namespace", name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def namespace(real_node: RealNode) -> Iterator[str]:
+    """The module's namespace on the real node, deleted (without waiting) after it."""
+    name = new_namespace(real_node)
+    yield name
+    real_node.kube.kubectl("delete", "namespace", name, "--wait=false")
 
 
 def install_templates(directory: Path) -> Path:

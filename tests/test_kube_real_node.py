@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,30 +32,18 @@ from tests.real_node_fixtures import (
     gateway_on_node,
     install_templates,
     machine_sysctls,
+    new_namespace,
     require_real_node,
 )
 from tests.scale_to_zero_fixtures import sandboxes_by_state
 from tests.server_fixtures import RunningServer, free_port, point_e2b_at
 
-real_node = real_node_fixtures.real_node
+real_node, namespace = real_node_fixtures.real_node, real_node_fixtures.namespace
 
 pytestmark = pytest.mark.timeout(300)
 
 ROLE = "agent-sandbox.dev/role"
 SANDBOX_IMAGE = "docker.io/agent-sandbox/sandbox-base:0.1.0"
-
-
-def _namespace(node: RealNode) -> str:
-    name = f"real-{secrets.token_hex(4)}"
-    node.kube.kubectl("create", "namespace", name)
-    return name
-
-
-@pytest.fixture(scope="module")
-def namespace(real_node: RealNode) -> Iterator[str]:
-    name = _namespace(real_node)
-    yield name
-    real_node.kube.kubectl("delete", "namespace", name, "--wait=false")
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +176,7 @@ def test_a_create_claims_a_warm_pod_of_the_image(real_node: RealNode, namespace:
 
 
 def test_an_idle_sandbox_is_snapshotted_to_zero_and_woken_by_a_request(real_node: RealNode, tmp_path: Path) -> None:
-    namespace = _namespace(real_node)
+    namespace = new_namespace(real_node)
     args = ["--namespace", namespace, "--templates", str(install_templates(tmp_path / "templates")),
             "--pause-after", "2", "--snapshot-after", "6"]  # fmt: skip
     try:

@@ -21,9 +21,9 @@ from tests.internet_fixtures import DNS_SERVER, OTHER_IP, WEB_IP, Internet, made
 from tests.polling import wait_for
 from tests.real_node_fixtures import RealNode, gateway_on_node, install_templates
 from tests.server_fixtures import RunningServer, point_e2b_at
-from tests.test_kube_real_node import _namespace, _sandbox_pod
+from tests.test_kube_real_node import _sandbox_pod
 
-real_node = real_node_fixtures.real_node
+real_node, namespace = real_node_fixtures.real_node, real_node_fixtures.namespace
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,13 +38,6 @@ def node_internet(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory)
     subprocess.run([*into_node, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
     with made_internet(tmp_path_factory.mktemp("node-internet"), host=into_node) as net:
         yield net
-
-
-@pytest.fixture(scope="module")
-def namespace(real_node: RealNode) -> Iterator[str]:
-    name = _namespace(real_node)
-    yield name
-    real_node.kube.kubectl("delete", "namespace", name, "--wait=false")
 
 
 @pytest.fixture(scope="module")
