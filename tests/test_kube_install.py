@@ -156,13 +156,16 @@ def test_a_sandbox_pods_guard_alone_holds_net_admin_and_its_key_reaches_no_other
     assert "add" not in executor["securityContext"]["capabilities"]
     assert "volumeMounts" not in executor
     assert not any("valueFrom" in env for env in executor["env"])
-    assert guard_container["command"][:2] == ["agent-sandbox-egress-guard", "--state-dir=/run/agent-sandbox-guard"]
+    entry = guard_container["command"][:3]  # the guard's main, SIGTERM handled first (it is its container's PID 1)
+    assert entry[2].startswith("import signal, sys; signal.signal(signal.SIGTERM")
+    assert entry[2].endswith("from pool._kube._guard import main; main()")
+    assert guard_container["command"][3] == "--state-dir=/run/agent-sandbox-guard"
     assert "--denied=198.51.100.0/24" in guard_container["command"]
     assert guard_container["command"][-1] == "--denied=$(AGENT_SANDBOX_NODE_IP)"  # the node is never reached
     assert guard_container["startupProbe"]["tcpSocket"] == {"port": 49982}
     assert "readinessProbe" not in guard_container  # probed until it listens, not for the pod's whole life
     [closer] = pod["initContainers"]  # closes the pod before the executor starts (the kubelet waits for no guard)
-    assert closer["command"] == ["agent-sandbox-egress-guard", "--close"]
+    assert closer["command"] == [*entry, "--close"]
     assert closer["securityContext"] == guard_container["securityContext"]
     assert "env" not in closer  # no key: it only closes
     without = replica_set(spec, image_prefix="p-", executor_args=())["spec"]["template"]["spec"]

@@ -129,6 +129,14 @@ def replica_set(
 
 
 _GUARD_VOLUME = "egress-guard"
+# `agent-sandbox-egress-guard`, with SIGTERM handled from its first line: the guard is its container's PID 1,
+# which the kernel spares every signal it has no handler for, and importing `pool` takes half a second, so a pod
+# deleted while it starts (a warm claim's spare, a resume's) would wait out its grace period for each container.
+_GUARD_COMMAND = [
+    "python3", "-c",
+    "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+    "from pool._kube._guard import main; main()",
+]  # fmt: skip
 _GUARD_STATE = "/run/agent-sandbox-guard"
 _NODE_IP_ENV = "AGENT_SANDBOX_NODE_IP"
 
@@ -146,14 +154,14 @@ def _guard_container(guard: EgressGuard, *, close: bool = False) -> dict[str, An
         resources = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}
         return {
             "name": f"{GUARD_CONTAINER}-close", "image": guard.image,
-            "command": ["agent-sandbox-egress-guard", "--close"], "resources": resources, "securityContext": security,
+            "command": [*_GUARD_COMMAND, "--close"], "resources": resources, "securityContext": security,
         }  # fmt: skip
     flags = [*(f"--dns={server}" for server in guard.dns_servers), *(f"--denied={cidr}" for cidr in guard.denied)]
     key = {"secretKeyRef": {"name": GUARD_KEY_SECRET, "key": GUARD_KEY_FIELD}}
     return {
         "name": GUARD_CONTAINER,
         "image": guard.image,
-        "command": ["agent-sandbox-egress-guard", f"--state-dir={_GUARD_STATE}", *flags, f"--denied=$({_NODE_IP_ENV})"],
+        "command": [*_GUARD_COMMAND, f"--state-dir={_GUARD_STATE}", *flags, f"--denied=$({_NODE_IP_ENV})"],
         "env": [
             {"name": GUARD_KEY_ENV, "valueFrom": key},
             {"name": GUARD_POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
