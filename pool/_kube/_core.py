@@ -197,15 +197,15 @@ class KubeSandboxes:
 
     async def _put_guard_rules(self, sandbox_id: str, pod: str, ip: str, key: str, rules: EgressRules) -> None:
         what = f"the egress guard of sandbox {sandbox_id} (pod {pod})"
-        deadline = asyncio.get_running_loop().time() + self._settings.connect_wait
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + self._settings.connect_wait
         while True:
-            left = deadline - asyncio.get_running_loop().time()
+            left = max(deadline - clock(), 0.1)
             try:
-                sock = await connect(ip, GUARD_PORT, max(left, 0.1), what)
-                await put_rules(sock, key, pod, rules, within=max(left, 0.1))
+                await put_rules(await connect(ip, GUARD_PORT, left, what), key, pod, rules, within=left)
                 return
             except (RuntimeFailure, GuardRefused) as exc:
-                if asyncio.get_running_loop().time() >= deadline:
+                if clock() >= deadline:
                     raise RuntimeFailure(f"{what}: {exc}") from exc
             await asyncio.sleep(0.2)
 

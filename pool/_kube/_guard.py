@@ -65,7 +65,6 @@ class GuardSettings(msgspec.Struct, frozen=True, kw_only=True):
     state_dir: Path  # where the rules in force are kept across a restart of the guard
     dns_servers: tuple[str, ...] = ()  # where the sandbox's queries go; () = the pod's resolv.conf (cluster DNS)
     denied: tuple[str, ...] = ()  # CIDRs and IPs never reached, on top of the private ranges and the pod's own
-    port: int = GUARD_PORT
 
 
 class Guard:
@@ -78,13 +77,15 @@ class Guard:
         self._netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)  # SameNamespace ignores it
         self._lock = asyncio.Lock()  # one replacement at a time: the file and the table stay the same rules
         self._serving = 0  # control connections open now (`_MAX_CONTROL`)
+        self._rules: EgressRules | None = None  # in force now (None: not yet started)
 
     async def start(self) -> asyncio.Server:
         """Put the kept rules (else `CLOSED`) in force, then listen: once the port answers, the pod is guarded."""
         rules = self._kept() or CLOSED
         await self._egress.attach(_SELF, self._netns, rules)
+        self._rules = rules
         _log.info("egress guard: in force: %s", encode_rules(rules).decode())
-        return await asyncio.start_server(self._serve, port=self._settings.port, limit=MAX_REQUEST_BYTES)
+        return await asyncio.start_server(self._serve, port=GUARD_PORT, limit=MAX_REQUEST_BYTES)
 
     def close(self) -> None:
         self._egress.close()
@@ -94,6 +95,8 @@ class Guard:
         """Put `rules` in force and keep them; on any failure neither (the kept file is written first, and only
         renamed into place once the table holds them)."""
         async with self._lock:
+            if rules == self._rules:  # told again (a warm claim's rules, then its start's): in force already
+                return
             path = self._settings.state_dir / _RULES_FILE
             temporary = path.with_suffix(".new")
             temporary.write_bytes(encode_rules(rules))
@@ -103,6 +106,7 @@ class Guard:
                 temporary.unlink(missing_ok=True)
                 raise
             temporary.replace(path)
+            self._rules = rules
         _log.info("egress guard: in force: %s", encode_rules(rules).decode())
 
     def _kept(self) -> EgressRules | None:
@@ -146,7 +150,7 @@ class Guard:
             await self.replace(decode_rules(body))
         except (ValueError, RuntimeFailure, OSError) as exc:
             _log.warning("egress guard: rules refused: %s", exc)
-            return f"error: {exc}".encode()
+            return b"error: " + " ".join(str(exc).split()).encode()  # one line: the protocol's
         return b"ok " + answer_mac(key, nonce, theirs, pod, body)
 
 
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="agent-sandbox-egress-guard",
         description="Hold this pod's sandbox to its egress rules (run by the kubernetes runtime in every sandbox "
         f"pod). The key is ${GUARD_KEY_ENV}, the pod's name ${GUARD_POD_ENV}; the rules come from the gateway on "
-        "--port.",
+        f"port {GUARD_PORT}.",
     )
     parser.add_argument("--close", action="store_true", help="put no-internet in force and exit (the pod's "
                         "init container: closed before any other container starts)")  # fmt: skip
@@ -187,7 +191,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dns", action="append", default=[], help="a resolver for the sandbox (repeat; default: "
                         "the pod's /etc/resolv.conf)")  # fmt: skip
     parser.add_argument("--denied", action="append", default=[], help="an IP or CIDR never reached (repeat)")
-    parser.add_argument("--port", type=int, default=GUARD_PORT, help=f"the control port (default {GUARD_PORT})")
     args = parser.parse_args(argv)
     if args.close:
         close_pod()
@@ -197,9 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"agent-sandbox-egress-guard: serving needs ${GUARD_KEY_ENV}, ${GUARD_POD_ENV} and --state-dir")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     denied = tuple(entry for entry in args.denied if entry)  # an empty downward-API value (no host IP yet)
-    settings = GuardSettings(
-        key=key, pod=pod, state_dir=args.state_dir, dns_servers=tuple(args.dns), denied=denied, port=args.port
-    )
+    settings = GuardSettings(key=key, pod=pod, state_dir=args.state_dir, dns_servers=tuple(args.dns), denied=denied)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(settings))
 
