@@ -8,6 +8,7 @@ capabilities its container adds and no other, as in a sandbox pod.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import subprocess
@@ -95,9 +96,14 @@ class Pod:
             return sock.connect_ex((POD_IP, GUARD_PORT)) == 0
 
 
+_pods = itertools.count()
+
+
 @contextmanager
 def made_pod(net: Internet, work: Path) -> Iterator[Pod]:
-    name, link = f"asbpod{os.getpid()}", f"asbp{os.getpid()}"
+    # Names of their own per pod: a namespace deleted by the test before may still hold its veth for a while.
+    number = next(_pods)
+    name, link = f"asbpod{os.getpid()}-{number}", f"asbp{os.getpid()}-{number}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     pod = Pod(name, net.name, work)
     try:
