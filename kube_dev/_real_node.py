@@ -155,7 +155,7 @@ def kubelet_argv(layout: ClusterLayout) -> list[str]:
         # The kubelet 1.20 built here sometimes publishes a deleted pod's ended containers only at its pod
         # worker's next resync (seen under load: a pod whose containers died at once went 10-60 s later, at the
         # status manager's tick after a resync): at the default 1 min that outlasted the runtime's 60 s stop
-        # timeout. 10 s keeps a deletion within what newer kubelets give.
+        # timeout. At 10 s that wait is about 10 s.
         "--sync-frequency=10s", "--cluster-domain=cluster.local", "--v=2",
     ]  # fmt: skip
 

@@ -8,7 +8,6 @@ capabilities its container adds and no other, as in a sandbox pod.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import socket
 import subprocess
@@ -96,14 +95,9 @@ class Pod:
             return sock.connect_ex((POD_IP, GUARD_PORT)) == 0
 
 
-_pods = itertools.count()
-
-
 @contextmanager
 def made_pod(net: Internet, work: Path) -> Iterator[Pod]:
-    # Names of their own per pod: a namespace deleted by the test before may still hold its veth for a while.
-    number = next(_pods)
-    name, link = f"asbpod{os.getpid()}-{number}", f"asbp{os.getpid()}-{number}"
+    name, link = f"asbpod{os.getpid()}", f"asbp{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     pod = Pod(name, net.name, work)
     try:
@@ -117,5 +111,10 @@ def made_pod(net: Internet, work: Path) -> Iterator[Pod]:
             subprocess.run(["ip", *argv], check=True, capture_output=True)
         yield pod
     finally:
-        pod.stop_guard()
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        try:
+            pod.stop_guard()
+        finally:
+            # The pair goes with its router end at once; a deleted namespace frees its end only once the kernel
+            # gets to it, and until then the next pod's link of the same name, address and route would clash.
+            subprocess.run(["ip", "-n", net.name, "link", "del", link], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
