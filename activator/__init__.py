@@ -4,6 +4,8 @@ Other packages import only the names listed here.
 """
 
 from activator._activator import Activator, Page, TemplateBuildSource
+from activator._agent_archive import AGENT_SESSION_RETENTION, AgentArchive, ArchivedSandbox, ArchivedSession
+from activator._agent_mirror import AgentMirror
 from activator._catalog import TemplateCatalog, TemplateNotFound
 from activator._coordination import Coordinator, SoloCoordinator
 from activator._e2b import (
@@ -63,6 +65,7 @@ from activator._template_records import BuildLogEntry, BuildRecord, TemplateReco
 
 __all__ = [
     "ACTIVATOR",
+    "AGENT_SESSION_RETENTION",
     "API_KEYS",
     "CLIENT_GONE",
     "CREATE_DEADLINE",
@@ -77,10 +80,14 @@ __all__ = [
     "Activator",
     "ActivatorError",
     "ActivatorSettings",
+    "AgentArchive",
+    "AgentMirror",
     "AgentPort",
     "AgentRefused",
     "ApiKey",
     "ApiKeys",
+    "ArchivedSandbox",
+    "ArchivedSession",
     "BuildLogEntry",
     "BuildRecord",
     "ClaimedKey",

@@ -21,6 +21,7 @@ from typing import Literal, NamedTuple, Protocol
 import msgspec
 
 from activator._activity import Activity
+from activator._agent_archive import AgentArchive
 from activator._catalog import TemplateCatalog
 from activator._coordination import Coordinator, SoloCoordinator
 from activator._errors import (
@@ -36,7 +37,7 @@ from activator._holds import HoldGate
 from activator._idempotency import Idempotency
 from activator._idle import IdlePolicy
 from activator._logs import LogLine, SandboxLogs
-from activator._machine import SandboxMachine, runtime_call
+from activator._machine import SandboxMachine, SandboxWatcher, runtime_call
 from activator._metrics_ring import MetricsRing, Sample
 from activator._opener import Opener
 from activator._quota import KeyQuota
@@ -116,6 +117,8 @@ class Activator:
         builds: TemplateBuildSource | None = None,
         volumes: VolumeStore | None = None,
         forker: Forker | None = None,
+        watcher: SandboxWatcher | None = None,
+        agent_archive: AgentArchive | None = None,
     ) -> None:
         """`on_halt(sandbox_id)` drops the gateway's idle connections into a sandbox (e.g. its `pool.drop`): called
         before a sandbox is frozen, snapshotted or killed, and when an idle sandbox's connections are all idle.
@@ -123,7 +126,8 @@ class Activator:
         to creates. `coordinator` is what gateway replicas share (`start_coordination` subscribes to it). `builds`
         is where keys' templates are built and kept (none: this server builds no templates). `volumes` is where
         keys' volumes are kept (none: this runtime has no volumes). `forker` forks sandboxes with their memory
-        (none: this runtime cannot)."""
+        (none: this runtime cannot). `watcher` hears of the connections opened into sandboxes and of their halts
+        (`AgentMirror`, which keeps `agent_archive`, the copy of their coding-agent sessions; none: no copy)."""
         self.settings = settings
         self.catalog = TemplateCatalog(templates, settings.template_aliases, loaded_at=clock())
         source = builds or TemplateBuildSource()
@@ -140,6 +144,8 @@ class Activator:
         self._volumes = volumes
         self._forker = forker
         self._on_halt = on_halt
+        self._watcher = watcher
+        self.agent_archive = agent_archive
         self._mounting: Counter[str] = Counter()  # volume id -> creates that mount it and are not live yet
         self._coordinator = coordinator or SoloCoordinator()
         self._logs = SandboxLogs(settings.log_lines)
@@ -147,7 +153,7 @@ class Activator:
         self._idempotency = Idempotency(store, clock, shared=self._coordinator.shared)
         self._machine = SandboxMachine(
             store, runtime, self.catalog, self._logs, self.telemetry, clock=clock, on_halt=on_halt,
-            coordinator=self._coordinator,
+            coordinator=self._coordinator, watcher=watcher,
         )  # fmt: skip
         self._activity = Activity(clock, on_touch=self._coordinator.note_activity if self._coordinator.shared else None)
         self.holds = HoldGate(max_held=settings.max_held, deadline=settings.hold_deadline, telemetry=self.telemetry)
@@ -558,7 +564,14 @@ class Activator:
         the port; HoldQueueFull / HoldTimeout / ClientGone: too many requests wait already, the resume took too
         long, or the client left while held.
         """
-        return await self._opener.open_upstream(sandbox_id, port)
+        sock = await self._opener.open_upstream(sandbox_id, port)
+        if self._watcher is not None:
+            self._watcher.opened(sandbox_id, port)
+        return sock
+
+    def leaving(self, sandbox_id: str) -> bool:
+        """Whether a transition is taking the sandbox away from running right now."""
+        return self._machine.leaving(sandbox_id)
 
     async def ingress(self, sandbox_id: str) -> Ingress | None:
         """What the gateway enforces on the sandbox's ports but envd's (traffic token, Host mask); None when it is

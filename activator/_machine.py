@@ -16,7 +16,7 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import msgspec
 from msgspec.structs import replace
@@ -31,12 +31,23 @@ from activator._telemetry import Telemetry
 from activator._transitions import Intent, Reassert, Step, plan
 from pool import CheckpointFailed, ExecutorInit, PoolError, Runtime, SandboxSpec, kube_shapes
 
-__all__ = ["Guard", "SandboxMachine", "runtime_call"]
+__all__ = ["Guard", "SandboxMachine", "SandboxWatcher", "runtime_call"]
 
 T = TypeVar("T")
 Guard = Callable[[], bool]  # checked under the sandbox's lock just before a transition; False skips it
 _log = logging.getLogger("activator")
 _RUNNING = SandboxState.RUNNING
+
+
+class SandboxWatcher(Protocol):
+    """Told when clients reach a sandbox and before it stops running (the coding-agent sessions' mirror)."""
+
+    def opened(self, sandbox_id: str, port: int) -> None:
+        """A connection to `port` in the sandbox was opened for a client."""
+
+    async def halting(self, before: SandboxRecord | None, after: SandboxRecord) -> None:
+        """A transition from `before` is about to pause, snapshot or kill the sandbox (`after`): awaited under its
+        lock, before the runtime acts, so the processes still run. It must return in bounded time and not raise."""
 
 
 class SandboxMachine:
@@ -53,9 +64,11 @@ class SandboxMachine:
         clock: Callable[[], float] = time.time,
         on_halt: Callable[[str], None] | None = None,
         coordinator: Coordinator | None = None,
+        watcher: SandboxWatcher | None = None,
     ) -> None:
         """`coordinator` is what replicas share (`--redis-url`); when it is shared, every transition takes the
-        sandbox's lock across replicas and starts from the stored record, and others hear of its end."""
+        sandbox's lock across replicas and starts from the stored record, and others hear of its end. `watcher`
+        hears of each transition that stops a sandbox running, before it acts."""
         self._store = store
         self._coordinator = coordinator or SoloCoordinator()
         self._runtime = runtime
@@ -64,6 +77,7 @@ class SandboxMachine:
         self._telemetry = telemetry
         self._clock = clock
         self._on_halt = on_halt
+        self._watcher = watcher
         # The route cache: id -> current record of every sandbox that is not killed. Written only by `apply`
         # (under that sandbox's lock) and `recover`, so a reader on the event loop sees whole transitions.
         self._live: dict[str, SandboxRecord] = {}
@@ -197,7 +211,10 @@ class SandboxMachine:
         await self._store.put(step.record)
         seconds = 0.0
         if step.action is not None:
-            if step.record.state is not _RUNNING and self._on_halt is not None:
+            halting = step.record.state is not _RUNNING
+            if halting and self._watcher is not None:
+                await self._watcher.halting(step.before, step.record)
+            if halting and self._on_halt is not None:
                 self._on_halt(step.record.id)  # idle upstream connections go before the processes do
             began = time.perf_counter()
             step = await self._act_or_undo(step)

@@ -137,6 +137,9 @@ def _add_access(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
     _env_option(serve, "--revoked-key-grace", defaults.revoked_key_grace, type=float, metavar="S",
         help="seconds a revoked key's sandboxes keep running before they are killed; the key itself is refused at "
         "once (default %(default)s)")
+    _env_option(serve, "--agent-session-retention", defaults.agent_session_retention, type=float, metavar="S",
+        help="seconds the control plane keeps a killed sandbox's coding-agent sessions readable (API, MCP, web UI); "
+        "0 deletes them with the sandbox (default %(default)s: 7 days; local runtime)")
     _env_option(serve, "--signin-failures", _shown(defaults.signin_failures), type=_limit, metavar="N|none",
         help="failed API-key checks (API, MCP, UI sign-in) one client address may make a minute; past them every "
         "check from it gets 429 + Retry-After (default %(default)s)")
@@ -401,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                          max_vcpus=args.key_max_vcpus),
                     sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),
                     revoked_key_grace=float(args.revoked_key_grace), signin_failures=args.signin_failures,
+                    agent_session_retention=float(args.agent_session_retention),
                     key_request_rate=args.key_request_rate,
                     metrics_auth=args.metrics_auth, metrics_listen=args.metrics_listen,
                     sandbox_disk_limit=args.sandbox_disk_limit == "on",

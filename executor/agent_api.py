@@ -24,6 +24,7 @@ __all__ = (
     "ERROR_TITLES",
     "EVENT_TYPES",
     "PROBLEM_JSON",
+    "SESSION_ID_PATTERN",
     "AcpServerInfo",
     "AcpServerList",
     "AgentCapabilities",
@@ -50,6 +51,8 @@ __all__ = (
 AGENT_PORT = 2468
 """The agent server's port inside a sandbox (sandbox-agent's default), reached at `2468-<id>.<domain>`."""
 PROBLEM_JSON = "application/problem+json"
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+"""A universal session's id: also a directory name, on the sandbox's disk and in the control plane's copy."""
 ACP_TIMEOUT_SECONDS = 120.0
 """How long a POSTed ACP request waits for the agent's response before a 504 (as upstream)."""
 

@@ -17,6 +17,8 @@ import msgspec
 from activator import (
     Activator,
     ActivatorSettings,
+    AgentArchive,
+    AgentMirror,
     ApiKeys,
     Coordinator,
     KubeStore,
@@ -154,12 +156,14 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
             if isinstance(runtime, LocalRuntime) and isinstance(store, SqliteStore) and isinstance(pools, WarmPools)
             else TemplateBuildSource()  # kubernetes: a template is an image there, and no registry is configured
         )
+        mirror = _agent_mirror(settings, runtime)
         activator = Activator(
             store, runtime, templates, _activator_settings(settings), on_halt=upstreams.drop,
             health_details=lambda: {"runtime": msgspec.to_builtins(runtime.capabilities())}, warm=pools,
             coordinator=coordinator, builds=builds,
             volumes=runtime.volumes if isinstance(runtime, LocalRuntime) else None,
             forker=runtime if isinstance(runtime, LocalRuntime) else None,
+            watcher=mirror, agent_archive=None if mirror is None else mirror.archive,
         )  # fmt: skip
         stack.push_async_callback(activator.template_builds.close)
 
@@ -175,6 +179,8 @@ async def open_platform(settings: ServeSettings) -> AsyncIterator[Platform]:
         await activator.start_coordination()
         for work in _background_loops(stack, settings, runtime, activator, pools):
             stack.push_async_callback(_cancel, asyncio.create_task(work))
+        if mirror is not None:
+            stack.push_async_callback(_cancel, asyncio.create_task(mirror.run(activator)))
         stack.push_async_callback(pools.close)  # runs first: stop the refills, then kill unclaimed sandboxes
         keys = ApiKeys(
             store, signin=SignInLimiter(settings.signin_failures), pacer=RequestPacer(settings.key_request_rate)
@@ -221,6 +227,17 @@ async def _open_runtime(
     _limit_sandboxes(settings)
     await _build_missing_images(local, templates)
     return local
+
+
+def _agent_mirror(settings: ServeSettings, runtime: ServerRuntime) -> AgentMirror | None:
+    """The control plane's copy of the coding-agent sessions, under the data dir (local runtime: a kubernetes
+    replica's data dir is not durable, and replicas would each keep half of it)."""
+    if settings.agent_session_retention < 0:
+        raise SystemExit("agent-sandbox: --agent-session-retention: seconds, 0 or more")
+    if not isinstance(runtime, LocalRuntime):
+        return None
+    archive = AgentArchive(settings.data_dir / "agent-sessions", retention=settings.agent_session_retention)
+    return AgentMirror(archive, runtime.open_socket)
 
 
 def _limit_sandboxes(settings: ServeSettings) -> None:

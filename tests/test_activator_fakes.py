@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from activator import Activator, ActivatorSettings, CreateRequest, SqliteStore, Store
+from activator._machine import SandboxWatcher
 from pool import (
     CheckpointFailed,
     EgressRules,
@@ -181,12 +182,13 @@ def activator(
     *templates: Template,
     on_halt: Callable[[str], None] | None = None,
     forker: Forker | None = None,
+    watcher: SandboxWatcher | None = None,
     **settings: Any,
 ) -> Activator:
     """An `Activator` over `runtime` with the `base` template (or `templates`) and `settings`."""
     known = {t.name: t for t in templates or (template(),)}
     parsed = msgspec.convert(settings, ActivatorSettings)
-    return Activator(store, runtime, known, parsed, clock=clock, on_halt=on_halt, forker=forker)
+    return Activator(store, runtime, known, parsed, clock=clock, on_halt=on_halt, forker=forker, watcher=watcher)
 
 
 def request(**changes: Any) -> CreateRequest:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from executor._agents._event_log import EventLog
+from executor.event_log import EventLog
 
 REPOSITORY = Path(__file__).parent.parent
 
@@ -74,7 +74,7 @@ def test_a_write_past_a_file_size_limit_leaves_the_log_whole(tmp_path: Path) -> 
     and the next one lands after them (in a child, so the limit is not this process's)."""
     script = f"""
 import resource, signal
-from executor._agents._event_log import EventLog
+from executor.event_log import EventLog
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 log = EventLog({str(tmp_path / "events.jsonl")!r})
 log.append(b'{{"n":1}}')

@@ -7,6 +7,7 @@ from litestar import Router
 from litestar.di import Provide
 from litestar.middleware import DefineMiddleware
 
+from activator._e2b._agent_session_routes import AGENT_SESSION_ROUTES
 from activator._e2b._auth import ApiKeyAuth
 from activator._e2b._error_handler import e2b_error_response
 from activator._e2b._fork_routes import FORK_ROUTES
@@ -39,7 +40,7 @@ def e2b_router(*, max_body_bytes: int = MAX_BODY_BYTES) -> Router:
     """
     served = [
         *LIFECYCLE_ROUTES, *NETWORK_ROUTES, *INFO_ROUTES, *TEMPLATE_ROUTES, *SNAPSHOT_ROUTES, *FORK_ROUTES,
-        *VOLUME_ROUTES,
+        *VOLUME_ROUTES, *AGENT_SESSION_ROUTES,
     ]  # fmt: skip
     volume_content = Router(path="/", route_handlers=PUBLIC_VOLUME_ROUTES, security=VOLUME_TOKEN_REQUIRED)
     keyed = Router(

@@ -14,9 +14,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from executor.agent_api import SessionInfo
 from executor.envd import EnvVars
 
 __all__ = [
+    "AgentSessionsKept",
     "AssignTags",
     "AssignedTags",
     "AutoResume",
@@ -24,6 +26,7 @@ __all__ = [
     "BuildReason",
     "ConnectRequest",
     "ErrorBody",
+    "KeptAgentSession",
     "LifecycleIn",
     "LifecycleOut",
     "ListedSandbox",
@@ -411,3 +414,23 @@ class SnapshotInfo(_Wire, kw_only=True):
 
     snapshot_id: str = msgspec.field(name="snapshotID")
     names: list[str]
+
+
+class AgentSessionsKept(_Wire, kw_only=True):
+    """`GET /sandboxes/{id}/agent-sessions` (ours, not E2B's): the control plane's copy of the sandbox's coding-agent
+    sessions, newest first. `endedAt`: when the sandbox was killed (none: it lives); `truncated`: the copy reached
+    its size limit, so the sessions' last events are missing from it."""
+
+    sandbox_id: str = msgspec.field(name="sandboxID")
+    sessions: list[SessionInfo]
+    ended_at: datetime | None = None
+    truncated: bool = False
+
+
+class KeptAgentSession(_Wire, kw_only=True):
+    """One entry of `GET /agent-sessions`: a session kept of one of the key's sandboxes, live or ended."""
+
+    sandbox_id: str = msgspec.field(name="sandboxID")
+    template_id: str = msgspec.field(name="templateID")
+    session: SessionInfo
+    sandbox_ended_at: datetime | None = None

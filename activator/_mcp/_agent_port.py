@@ -1,17 +1,18 @@
-"""The client of a sandbox's coding-agent server (`executor.agent_api`, port 2468), shared by the MCP tools and the
-web UI's Sessions tab.
+"""The client of a sandbox's coding-agent server (`executor.agent_api`, port 2468), shared by the MCP tools, the
+web UI's Sessions tab and the control plane's copy of the sessions (`activator._agent_mirror`).
 
-Every call is one HTTP exchange on a socket of its own from `open_port` (which wakes a paused sandbox and counts as
-its activity), with the sandbox's envd access token as the Bearer token that server checks. A problem document it
-answers with becomes `AgentRefused` with its `detail`, its kind and its HTTP status (plus a hint of the caller's,
-by kind); anything else that goes wrong is `ExecutorFailed`.
+Every call is one HTTP exchange on a socket of its own: for a caller (`AgentPort.of`) from `open_port`, which wakes
+a paused sandbox and counts as its activity; for the mirror straight from the runtime, which does neither. It
+carries the sandbox's envd access token as the Bearer token that server checks. A problem document it answers with
+becomes `AgentRefused` with its `detail`, its kind and its HTTP status (plus a hint of the caller's, by kind);
+anything else that goes wrong is `ExecutorFailed`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TypeVar
 from urllib.parse import quote
 
@@ -32,17 +33,35 @@ _T = TypeVar("_T")
 
 
 class AgentPort:
-    """The coding-agent server of one owner's sandbox; `hints`: what to do next, by problem kind, added to the
-    message of an `AgentRefused`."""
+    """The coding-agent server of one sandbox; `hints`: what to do next, by problem kind, added to the message of
+    an `AgentRefused`."""
 
     def __init__(
-        self, activator: PortActivator, owner: str, sandbox_id: str, *, hints: Mapping[str, str] | None = None
+        self,
+        connect: Callable[[], Awaitable[socket.socket]],
+        token: str | None,
+        *,
+        on_data: Callable[[], None] | None = None,
+        hints: Mapping[str, str] | None = None,
     ) -> None:
-        self._activator = activator
-        self._owner = owner
-        self._sandbox_id = sandbox_id
+        """`connect()` opens a socket to the server (port `AGENT_PORT`); `token` is the sandbox's access token;
+        `on_data()` is called as a followed stream brings data."""
+        self._open = connect
+        self._token = token
+        self._on_data = on_data
         self._hints: Mapping[str, str] = hints or {}
-        self._token = activator.get(owner, sandbox_id).access_token  # SandboxNotFound before anything else
+
+    @classmethod
+    def of(
+        cls, activator: PortActivator, owner: str, sandbox_id: str, *, hints: Mapping[str, str] | None = None
+    ) -> AgentPort:
+        """The server of `owner`'s sandbox as a caller reaches it: woken when paused, its use counted as activity
+        (SandboxNotFound before anything else)."""
+        token = activator.get(owner, sandbox_id).access_token
+        return cls(
+            lambda: open_port(activator, owner, sandbox_id, AGENT_PORT), token,
+            on_data=lambda: activator.touch(sandbox_id), hints=hints,
+        )  # fmt: skip
 
     async def call(
         self, method: str, path: str, body: msgspec.Struct | None = None, *, deadline: float = CALL_DEADLINE
@@ -86,7 +105,8 @@ class AgentPort:
                     raise self._refused(response.status, await response.read(1 << 20), f"GET {path.split('?', 1)[0]}")
                 buffer = b""
                 async for chunk in response.chunks():
-                    self._activator.touch(self._sandbox_id)  # the agent works: the idle policy must not pause it
+                    if self._on_data is not None:
+                        self._on_data()  # the agent works: the idle policy must not pause it
                     buffer += chunk
                     while (end := buffer.find(b"\n\n")) >= 0:
                         frame, buffer = buffer[:end], buffer[end + 2 :]
@@ -102,7 +122,7 @@ class AgentPort:
 
     async def _connect(self) -> socket.socket:
         try:
-            return await open_port(self._activator, self._owner, self._sandbox_id, AGENT_PORT)
+            return await self._open()
         except PortNotOpen as exc:
             raise ToolError(
                 f"the sandbox's coding-agent server does not answer on port {AGENT_PORT} (its executor may predate "

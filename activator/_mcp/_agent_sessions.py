@@ -24,6 +24,8 @@ import msgspec
 from msgspec import UNSET
 
 from activator._activator import Activator
+from activator._agent_archive import AgentArchive
+from activator._errors import SandboxNotFound
 from activator._mcp._agent_port import CREATE_DEADLINE, AgentPort, session_path
 from activator._mcp._arguments import (
     CreateAgentSession,
@@ -75,8 +77,21 @@ _STOPS = frozenset({"turn.ended", "session.ended", "permission.requested", "ques
 
 
 async def run_agent_session_tool(activator: Activator, owner: str, args: AgentSessionArgs) -> dict[str, Any] | Rendered:
-    """Run one coding-agent tool for `owner`."""
-    port = AgentPort(activator, owner, args.sandbox_id, hints=_HINTS)
+    """Run one coding-agent tool for `owner`; reading a killed sandbox's sessions reads the control plane's copy."""
+    try:
+        port = AgentPort.of(activator, owner, args.sandbox_id, hints=_HINTS)
+    except SandboxNotFound as gone:
+        archive = activator.agent_archive
+        if archive is None or not isinstance(args, GetAgentSessionEvents | ListAgentSessions):
+            raise
+        try:
+            archive.sandbox(owner, args.sandbox_id)
+        except SandboxNotFound:
+            raise gone from None
+        return _kept_events(archive, owner, args) if isinstance(args, GetAgentSessionEvents) else {
+            "sandboxId": args.sandbox_id, "sessions": msgspec.to_builtins(archive.sessions(owner, args.sandbox_id)),
+            "agents": [], "killed": True,
+        }  # fmt: skip
     match args:
         case CreateAgentSession():
             return await _create(port, args)
@@ -187,6 +202,32 @@ async def _follow(
     except TimeoutError:
         pass  # waited long enough: what came is the answer (nothing is lost: nextOffset is after it)
     return followed
+
+
+def _kept_events(archive: AgentArchive, owner: str, args: GetAgentSessionEvents) -> Rendered:
+    """`getAgentSessionEvents` of a killed sandbox: its events as the control plane kept them, same offsets."""
+    info = archive.info(owner, args.sandbox_id, args.session_id)
+    records, more = archive.events(owner, args.sandbox_id, args.session_id, args.offset, args.limit)
+    events = _bounded([msgspec.json.decode(record, type=UniversalEvent) for record in records])
+    next_offset = args.offset + len(events)
+    has_more = more or len(events) < len(records)
+    structured: dict[str, Any] = {
+        "sandboxId": args.sandbox_id,
+        "sessionId": args.session_id,
+        "events": msgspec.to_builtins(events),
+        "nextOffset": next_offset,
+        "hasMore": has_more,
+        "turnActive": False,
+        "ended": True,
+        "killed": True,
+    }
+    where = f"nextOffset {next_offset}"
+    footer = (
+        f"{where}; more events are kept: call getAgentSessionEvents again with offset {next_offset}"
+        if has_more
+        else f"{where}; the sandbox was killed (agent: {info.agent}): this is the control plane's copy of the session"
+    )
+    return Rendered(structured, render(structured["events"], next_offset=next_offset, footer=footer))
 
 
 def _stops(events: list[UniversalEvent]) -> bool:

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from activator._mcp._errors import BadArguments
+from executor.agent_api import SESSION_ID_PATTERN
 from executor.envd import EnvVars
 
 __all__ = [
@@ -107,7 +108,7 @@ class SandboxExecutor(ToolArgs):
     ] = {}
 
 
-AGENT_SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # the agent server's own rule for session ids
+AGENT_SESSION_ID = SESSION_ID_PATTERN  # the agent server's own rule for session ids
 MAX_EVENTS_PAGE = 1000
 MAX_WAIT_SECONDS = 300
 _SessionId = Annotated[str, Meta(pattern=AGENT_SESSION_ID, description="The sessionId createAgentSession returned.")]

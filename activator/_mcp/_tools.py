@@ -220,7 +220,8 @@ _AGENT_LISTING = (
         "and their results, permission requests, errors, turns) as text, and the events themselves as JSON. "
         f"While a turn runs it waits up to waitSeconds (default 30, at most {MAX_WAIT_SECONDS}) for the turn to "
         "end or to request a permission, so call it again with the returned nextOffset until the turn ended. At "
-        f"most `limit` events (at most {MAX_EVENTS_PAGE}) and about 256 KiB per call; hasMore says there are more.",
+        f"most `limit` events (at most {MAX_EVENTS_PAGE}) and about 256 KiB per call; hasMore says there are more. "
+        "After the sandbox is killed its sessions stay readable here (the server's copy, same offsets).",
         GetAgentSessionEvents,
         read_only=True,
     ),
@@ -235,7 +236,8 @@ _AGENT_LISTING = (
     _tool(
         "listAgentSessions",
         "The coding-agent sessions of a sandbox, newest first (id, agent, event count, whether a turn runs or "
-        "it ended), and the agents it has (installed or not, and why not).",
+        "it ended), and the agents it has (installed or not, and why not); of a killed sandbox, the sessions the "
+        "server kept.",
         ListAgentSessions,
         read_only=True,
     ),

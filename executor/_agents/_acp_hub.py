@@ -16,9 +16,9 @@ import shutil
 
 from executor._agents._acp_server import AcpServer
 from executor._agents._agent_process import AgentProcess
-from executor._agents._event_log import EventLog
 from executor._agents._launch import Launcher
 from executor._processes import ProcessTable
+from executor.event_log import EventLog
 
 __all__ = ("SERVER_ID", "AcpHub", "AgentMismatch", "TooManyServers")
 

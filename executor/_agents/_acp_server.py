@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from executor._agents._event_log import EventLog
 from executor._processes import Exit
+from executor.event_log import EventLog
 
 __all__ = ("AcpServer", "AgentExited", "PendingConflict", "jsonrpc_id_key")
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import msgspec
 
-from executor._agents._event_log import EventLog
 from executor._errors import PayloadTooLarge
 from executor._exchange import Request, Response
 from executor.agent_api import PROBLEM_JSON, Problem, problem
+from executor.event_log import EventLog
 
 __all__ = (
     "HEARTBEAT_SECONDS",

@@ -35,6 +35,7 @@ from executor._agents._sessions import (
 )
 from executor._exchange import Request, Response
 from executor.agent_api import (
+    SESSION_ID_PATTERN,
     CreateSessionRequest,
     CreateSessionResponse,
     EventPage,
@@ -46,7 +47,7 @@ from executor.agent_api import (
 
 __all__ = ("MAX_EVENTS_PAGE", "SessionRoutes")
 
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 MAX_EVENTS_PAGE = 10_000
 DEFAULT_EVENTS_PAGE = 1_000
 _TURN_ENDS = (b'"type":"turn.ended"', b'"type":"session.ended"', b'"type":"permission.requested"')

@@ -26,11 +26,11 @@ import msgspec
 
 from executor._agents._acp_hub import AcpHub
 from executor._agents._acp_server import AcpServer, AgentExited
-from executor._agents._event_log import EventLog
 from executor._agents._normalise import Normaliser
 from executor._process_env import working_directory
 from executor._users import lookup
 from executor.agent_api import CreateSessionRequest, SessionInfo, UniversalEvent
+from executor.event_log import EventLog
 
 __all__ = (
     "MAX_TURN_SECONDS",

@@ -307,7 +307,7 @@ def _port(ui: UiContext, owner: str, sandbox_id: str) -> AgentPort:
     record = ui.services.activator.get(owner, sandbox_id)  # 404 when gone or another key's
     if record.user_paused:
         raise SandboxConflict(f"sandbox {record.id} is {record.state.value}: resume it to use its sessions")
-    return AgentPort(ui.services.activator, owner, sandbox_id)
+    return AgentPort.of(ui.services.activator, owner, sandbox_id)
 
 
 def _agent_choices(agents: list[AgentInfo]) -> list[dict[str, Any]]:

@@ -4,6 +4,9 @@ Each record is one line of the file. An index of where each line starts is kept 
 record), so reading from sequence N seeks straight to it; nothing is dropped, unlike upstream's
 1024-entry ring. A torn last line (the executor killed mid-write) is cut off when the log is reopened.
 `wait()` lets readers sleep until a record past the one they have arrives, or the log is closed.
+
+Public because the control plane keeps its copy of each session's events in the same form
+(`activator._agent_archive`), so a sequence means the same record on both sides.
 """
 
 from __future__ import annotations

@@ -1,0 +1,90 @@
+"""The control plane's copy of the sandboxes' coding-agent sessions (ours, not E2B's; `activator._agent_archive`).
+
+    GET /agent-sessions?limit                                     the newest sessions kept of the key's sandboxes
+    GET /sandboxes/{id}/agent-sessions                            one sandbox's, live or killed
+    GET /sandboxes/{id}/agent-sessions/{sessionID}/events         its events after `offset`, at most `limit`
+
+A running sandbox's sessions are copied within about a second (`activator._agent_mirror`), and whole before it is
+paused, snapshotted or killed; after `kill` they stay readable for the server's `--agent-session-retention`, with
+the offsets the sandbox's own API (port 2468) gave. 501 where no copy is kept (the kubernetes runtime).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
+from litestar import get
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import PathParameter, QueryParameter
+
+from activator._agent_archive import AgentArchive
+from activator._e2b import _wire
+from activator._e2b._openapi import keyed_errors
+from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
+from activator._errors import NotSupported
+from executor.agent_api import SESSION_ID_PATTERN, EventPage, UniversalEvent
+
+__all__ = ["AGENT_SESSION_ROUTES", "MAX_KEPT_EVENTS_PAGE"]
+
+MAX_KEPT_EVENTS_PAGE = 10_000  # as the sandbox's own events route
+MAX_LISTED = 1_000  # sessions one listing returns
+_SessionIdPath = Annotated[str, PathParameter(pattern=SESSION_ID_PATTERN)]
+_events = msgspec.json.Decoder(UniversalEvent)
+
+
+def _archive(activator: ActivatorDep) -> AgentArchive:
+    if activator.agent_archive is None:
+        raise NotSupported("a copy of coding-agent sessions is kept on the local runtime only: read them from the "
+                           "sandbox's own agent server (port 2468) while it lives")  # fmt: skip
+    return activator.agent_archive
+
+
+@get("/agent-sessions", responses=keyed_errors(400, 501))
+async def list_kept_sessions(
+    activator: ActivatorDep, owner: OwnerDep, limit: Annotated[int, QueryParameter(ge=1, le=MAX_LISTED)] = 100
+) -> list[_wire.KeptAgentSession]:
+    """The newest `limit` coding-agent sessions kept of the key's sandboxes, live or killed."""
+    kept = _archive(activator).across(owner)[:limit]
+    return [
+        _wire.KeptAgentSession(
+            sandbox_id=one.sandbox_id,
+            template_id=one.sandbox.template,
+            session=one.info,
+            sandbox_ended_at=_time(one.sandbox.ended_at),
+        )
+        for one in kept
+    ]
+
+
+@get("/sandboxes/{sandbox_id:str}/agent-sessions", responses=keyed_errors(400, 404, 501))
+async def kept_sessions(sandbox_id: SandboxIdPath, activator: ActivatorDep, owner: OwnerDep) -> _wire.AgentSessionsKept:
+    """The sandbox's coding-agent sessions as the control plane keeps them; 404 when none are kept."""
+    archive = _archive(activator)
+    sandbox = archive.sandbox(owner, sandbox_id)
+    return _wire.AgentSessionsKept(
+        sandbox_id=sandbox_id, sessions=archive.sessions(owner, sandbox_id), ended_at=_time(sandbox.ended_at),
+        truncated=sandbox.truncated,
+    )  # fmt: skip
+
+
+@get("/sandboxes/{sandbox_id:str}/agent-sessions/{session_id:str}/events", responses=keyed_errors(400, 404, 501))
+async def kept_events(
+    sandbox_id: SandboxIdPath,
+    session_id: _SessionIdPath,
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    offset: Annotated[int, QueryParameter(ge=0)] = 0,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_KEPT_EVENTS_PAGE)] = 1_000,
+) -> EventPage:
+    """The session's kept events with `sequence > offset`, at most `limit`; `hasMore` when more are kept."""
+    records, more = _archive(activator).events(owner, sandbox_id, session_id, offset, limit)
+    return EventPage([_events.decode(record) for record in records], more)
+
+
+def _time(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+AGENT_SESSION_ROUTES: list[HTTPRouteHandler] = [list_kept_sessions, kept_sessions, kept_events]
