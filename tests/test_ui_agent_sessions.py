@@ -165,3 +165,33 @@ def test_the_tab_checks_csrf_ownership_and_unknown_sessions(
         csrf = {"X-CSRF-Token": other_csrf}
         theirs = other.post(f"{tab.base}/ui-approve/messages", json={"message": "x"}, headers=csrf)
         assert theirs.status_code == 404
+
+
+def test_the_sessions_page_lists_sessions_across_sandboxes_and_shows_a_killed_ones_transcript(
+    ui_server: RunningServer, client: tuple[httpx.Client, str], key: str
+) -> None:
+    killed = Sandbox.create(metadata={"suite": "ui-agent-sessions"}, **sdk_options(ui_server, key))
+    tab = Tab(*client, killed.sandbox_id)
+    tab.start("ui-kept")
+    markup = "<b>kept</b>"
+    assert tab.post("/ui-kept/messages", {"message": markup}).status_code == 200
+    tab.wait_for_turn_end("ui-kept")
+    killed.kill()
+
+    listing = tab.http.get("/ui/sessions", timeout=60)
+    assert listing.status_code == 200, listing.text
+    assert f'data-sandbox="{killed.sandbox_id}" data-session="ui-kept"' in listing.text
+    assert "sandbox killed" in listing.text
+    assert 'aria-current="page">Sessions' in listing.text
+
+    shown = tab.http.get(f"/ui/sessions/{killed.sandbox_id}/ui-kept", timeout=60)
+    assert shown.status_code == 200, shown.text
+    assert "The sandbox was killed: this copy is read only." in shown.text
+    assert str(markupsafe.escape(f"Mock reply to: {markup}")) in shown.text
+    assert "<b>kept</b>" not in shown.text
+    assert "turn ended" in shown.text
+    assert "data-terminate=" not in shown.text  # read only: no controls
+    other, _ = sign_in(ui_server, new_key(ui_server, "ui-agent-sessions-kept-other"))
+    with contextlib.closing(other):
+        assert other.get(f"/ui/sessions/{killed.sandbox_id}/ui-kept", timeout=60).status_code == 404
+        assert killed.sandbox_id not in other.get("/ui/sessions", timeout=60).text

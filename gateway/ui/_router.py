@@ -23,6 +23,7 @@ from gateway.ui._auth import action_session, session
 from gateway.ui._context import STATIC_DIR, UiContext
 from gateway.ui._errors import error_handler
 from gateway.ui._events import EVENT_ROUTES
+from gateway.ui._kept_sessions import KEPT_SESSION_ROUTES
 from gateway.ui._login import LOGIN_ROUTES
 from gateway.ui._pages import PAGE_ROUTES
 from gateway.ui._sandbox_io import IO_ROUTES
@@ -33,7 +34,15 @@ from gateway.ui._terminal import terminal
 
 __all__ = ["ui_router"]
 
-ROUTES = [*LOGIN_ROUTES, *PAGE_ROUTES, *EVENT_ROUTES, *ACTION_ROUTES, *IO_ROUTES, *AGENT_SESSION_ROUTES]
+ROUTES = [
+    *LOGIN_ROUTES,
+    *PAGE_ROUTES,
+    *EVENT_ROUTES,
+    *ACTION_ROUTES,
+    *IO_ROUTES,
+    *AGENT_SESSION_ROUTES,
+    *KEPT_SESSION_ROUTES,
+]
 _MAX_BODY = 64 * 1024  # the UI posts small forms only
 
 

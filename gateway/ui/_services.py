@@ -15,6 +15,7 @@ import msgspec
 
 from activator import (
     ActivatorSettings,
+    AgentArchive,
     ApiKey,
     LogLine,
     Page,
@@ -41,6 +42,12 @@ class UiActivator(Protocol):
 
     @property
     def template_builds(self) -> TemplateBuilds: ...
+
+    @property
+    def agent_archive(self) -> AgentArchive | None: ...
+
+    @property
+    def live(self) -> Mapping[str, SandboxRecord]: ...
 
     def get(self, owner: str, sandbox_id: str) -> SandboxRecord: ...
 
