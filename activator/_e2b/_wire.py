@@ -423,8 +423,8 @@ class AgentSessionsKept(_Wire, kw_only=True):
 
     sandbox_id: str = msgspec.field(name="sandboxID")
     sessions: list[SessionInfo]
-    ended_at: datetime | None = None
-    truncated: bool = False
+    ended_at: datetime | None
+    truncated: bool
 
 
 class KeptAgentSession(_Wire, kw_only=True):
@@ -433,4 +433,4 @@ class KeptAgentSession(_Wire, kw_only=True):
     sandbox_id: str = msgspec.field(name="sandboxID")
     template_id: str = msgspec.field(name="templateID")
     session: SessionInfo
-    sandbox_ended_at: datetime | None = None
+    sandbox_ended_at: datetime | None

@@ -118,7 +118,7 @@ async def transcript_fragment(
     live = not info.ended and (info.turn_active or bool(info.pending_permissions))
     return page(
         ui, "agent_transcript.html", session=session, sandbox_id=sandbox_id, info=info, entries=entries,
-        skipped=first, live=live,
+        skipped=first, live=live, kept=False,
     )  # fmt: skip
 
 
