@@ -1,0 +1,159 @@
+"""The mirror that fills the control plane's copy of coding-agent sessions (`AgentMirror`), against a scripted agent
+server on loopback (the real one runs in `tests/test_agent_sessions_kept.py`): it copies page after page and then
+only what is new, copies a followed sandbox once more before it halts and ends its copy at a kill, asks nothing of
+a sandbox nobody used, and neither a dead nor a lying agent server stops a transition."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import msgspec
+import pytest
+
+from activator import AgentArchive, AgentMirror, SandboxRecord, SandboxState
+from executor.agent_api import AGENT_PORT
+from tests.test_activator_fakes import Clock
+
+pytestmark = pytest.mark.anyio
+
+
+class ScriptedAgentServer:
+    """`GET /v1/sessions` and `GET /v1/sessions/s1/events` over the events in `self.events`."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.requests: list[str] = []
+        self.page = 2  # events per page at most, so that a copy takes several pages
+        self.lie = False  # answer events out of order
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    def add(self, count: int) -> None:
+        for _ in range(count):
+            sequence = len(self.events) + 1
+            self.events.append({
+                "event_id": f"e{sequence}", "sequence": sequence, "time": "2026-12-04T08:00:00Z", "session_id": "s1",
+                "native_session_id": None, "source": "agent", "synthetic": False, "type": "item.delta",
+                "data": {"n": sequence},
+            })  # fmt: skip
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        target = head.split(" ", 2)[1]
+        self.requests.append(target)
+        url = urlsplit(target)
+        if url.path == "/v1/sessions":
+            info = {"sessionId": "s1", "agent": "mock", "createdAt": "2026-12-04T08:00:00Z", "ended": False,
+                    "eventCount": len(self.events)}  # fmt: skip
+            body: Any = {"sessions": [info]}
+        else:
+            offset = int(parse_qs(url.query)["offset"][0])
+            page = self.events[offset : offset + self.page]
+            if self.lie:
+                page = list(reversed(page))
+            body = {"events": page, "hasMore": offset + self.page < len(self.events)}
+        data = json.dumps(body).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data))
+        writer.write(data)
+        await writer.drain()
+        writer.close()
+
+
+@pytest.fixture
+async def agent_server() -> AsyncIterator[ScriptedAgentServer]:
+    server = ScriptedAgentServer()
+    await server.start()
+    yield server
+    await server.close()
+
+
+def record(state: SandboxState = SandboxState.RUNNING) -> SandboxRecord:
+    return SandboxRecord(
+        id="sbx1", owner="key1", template="base", alias="base", state=state, created_at=0, started_at=0, end_at=0,
+        timeout=300, access_token="token",
+    )  # fmt: skip
+
+
+def mirror_of(tmp_path: Path, agent_server: ScriptedAgentServer, *, refuse: bool = False) -> AgentMirror:
+    async def open_socket(sandbox_id: str, port: int) -> socket.socket:
+        assert (sandbox_id, port) == ("sbx1", AGENT_PORT)
+        sock = socket.socket()
+        sock.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", 1 if refuse else agent_server.port))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    return AgentMirror(AgentArchive(tmp_path, clock=Clock()), open_socket, deadline=10)
+
+
+def kept(mirror: AgentMirror) -> list[int]:
+    records, _ = mirror.archive.events("key1", "sbx1", "s1", 0, 100)
+    return [msgspec.json.decode(line)["sequence"] for line in records]
+
+
+async def test_a_pull_copies_page_after_page_then_only_what_is_new(
+    tmp_path: Path, agent_server: ScriptedAgentServer
+) -> None:
+    mirror = mirror_of(tmp_path, agent_server)
+    agent_server.add(5)
+    await mirror.pull(record())
+    assert kept(mirror) == [1, 2, 3, 4, 5]
+    assert agent_server.requests[1:] == [f"/v1/sessions/s1/events?offset={n}&limit=1000" for n in (0, 2, 4)]
+    agent_server.requests.clear()
+    await mirror.pull(record())
+    assert agent_server.requests == ["/v1/sessions"]  # the listing did not change: no events asked for
+    agent_server.add(1)
+    await mirror.pull(record())
+    assert agent_server.requests[-1] == "/v1/sessions/s1/events?offset=5&limit=1000"
+    assert kept(mirror) == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_followed_sandbox_is_copied_before_it_halts_and_its_kill_ends_the_copy(
+    tmp_path: Path, agent_server: ScriptedAgentServer
+) -> None:
+    mirror = mirror_of(tmp_path, agent_server)
+    agent_server.add(3)
+    await mirror.halting(record(), record(SandboxState.KILLED))  # nobody used its agent port: nothing asked
+    assert agent_server.requests == []
+    mirror.opened("sbx1", 49999)
+    mirror.opened("sbx1", AGENT_PORT)
+    await mirror.halting(record(), record(SandboxState.PAUSED))
+    assert kept(mirror) == [1, 2, 3]
+    assert mirror.archive.sandbox("key1", "sbx1").ended_at is None
+    await mirror.halting(record(SandboxState.PAUSED), record(SandboxState.KILLED))
+    assert mirror.archive.sandbox("key1", "sbx1").ended_at is not None
+    assert len(agent_server.requests) == 3  # the kill of a paused sandbox asks it nothing
+
+
+async def test_a_dead_or_lying_agent_server_never_stops_a_transition(
+    tmp_path: Path, agent_server: ScriptedAgentServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = mirror_of(tmp_path / "dead", agent_server, refuse=True)
+    dead.opened("sbx1", AGENT_PORT)
+    await dead.halting(record(), record(SandboxState.PAUSED))
+    assert "its coding-agent sessions were not copied" in caplog.text
+
+    lying = mirror_of(tmp_path / "lying", agent_server)
+    lying.opened("sbx1", AGENT_PORT)
+    agent_server.add(2)
+    agent_server.lie = True
+    await lying.halting(record(), record(SandboxState.KILLED))
+    assert lying.archive.length("sbx1", "s1") == 0  # out of order: nothing taken
