@@ -4,7 +4,7 @@ Other packages import only the names listed here.
 """
 
 from activator._activator import Activator, Page, TemplateBuildSource
-from activator._agent_archive import AGENT_SESSION_RETENTION, AgentArchive, ArchivedSandbox, ArchivedSession
+from activator._agent_archive import AGENT_SESSION_RETENTION, AgentArchive
 from activator._agent_mirror import AgentMirror
 from activator._catalog import TemplateCatalog, TemplateNotFound
 from activator._coordination import Coordinator, SoloCoordinator
@@ -86,8 +86,6 @@ __all__ = [
     "AgentRefused",
     "ApiKey",
     "ApiKeys",
-    "ArchivedSandbox",
-    "ArchivedSession",
     "BuildLogEntry",
     "BuildRecord",
     "ClaimedKey",

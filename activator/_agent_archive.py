@@ -9,8 +9,10 @@ the data dir:
     agent-sessions/<sandbox id>/sessions/<session id>/info.json       the session as the sandbox last listed it
     agent-sessions/<sandbox id>/sessions/<session id>/events.jsonl    its events, one a line (`executor.event_log`)
 
-Limits: a sandbox's copy stops growing at `max_bytes` (it is marked `truncated`: the events kept are the first
-ones, in order); `retention` seconds after the sandbox ended the whole copy is deleted (0: at once).
+Limits: a sandbox's copy stops growing at `max_bytes` or `max_sessions` (it is marked `truncated`: what is kept
+is the first events and sessions, in order); `retention` seconds after the sandbox ended the whole copy is deleted
+(0: at once). Once its sandbox ended, a session reads as ended, with no turn or permission request pending, and
+`eventCount` is always the number of events kept.
 """
 
 from __future__ import annotations
@@ -27,15 +29,24 @@ from typing import NamedTuple, TypeVar
 import msgspec
 
 from activator._errors import SandboxNotFound
-from executor.agent_api import SESSION_ID_PATTERN, SessionInfo, UniversalEvent
+from executor.agent_api import SESSION_ID_PATTERN, EventPage, SessionInfo, UniversalEvent
 from executor.event_log import EventLog
 
-__all__ = ["AGENT_SESSION_RETENTION", "DEFAULT_MAX_BYTES", "AgentArchive", "ArchivedSandbox", "ArchivedSession"]
+__all__ = [
+    "AGENT_SESSION_RETENTION",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_SESSIONS",
+    "AgentArchive",
+    "ArchivedSandbox",
+    "ArchivedSession",
+]
 
 AGENT_SESSION_RETENTION = 7 * 86_400.0  # seconds a killed sandbox's sessions stay readable
-DEFAULT_MAX_BYTES = 256 << 20  # of events copied per sandbox
+DEFAULT_MAX_BYTES = 256 << 20  # of events and listings copied per sandbox
+DEFAULT_MAX_SESSIONS = 1_000  # sessions copied per sandbox
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _SANDBOX_ID = re.compile(r"[a-z0-9]{1,64}")  # `new_sandbox_id`
+_EVENT = msgspec.json.Decoder(UniversalEvent)
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -44,13 +55,17 @@ class ArchivedSandbox(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     owner: str  # the API key's id: no other key reads the copy
     template: str
     ended_at: float | None = None  # unix seconds it was killed (or found gone); retention counts from it
-    truncated: bool = False  # the copy reached `max_bytes`: later events were not copied
+    truncated: bool = False  # the copy reached `max_bytes` or `max_sessions`: later events were not copied
 
 
 class ArchivedSession(NamedTuple):
     sandbox_id: str
     sandbox: ArchivedSandbox
     info: SessionInfo
+
+    def key(self) -> tuple[str, str, str]:
+        """Where it is in `AgentArchive.across`'s order (newest first, by this key descending)."""
+        return self.info.created_at, self.sandbox_id, self.info.session_id
 
 
 class AgentArchive:
@@ -62,13 +77,16 @@ class AgentArchive:
         *,
         retention: float = AGENT_SESSION_RETENTION,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
         self.retention = retention
         self.max_bytes = max_bytes
+        self.max_sessions = max_sessions
         self._clock = clock
         self._logs: dict[tuple[str, str], EventLog] = {}  # open indexes of the logs written or read lately
+        self._sizes: dict[str, int] = {}  # bytes kept of a sandbox, once counted
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def sandbox_ids(self) -> list[str]:
@@ -83,30 +101,30 @@ class AgentArchive:
 
     def sessions(self, owner: str, sandbox_id: str) -> list[SessionInfo]:
         """The sandbox's sessions, newest first."""
-        self.sandbox(owner, sandbox_id)
-        return _newest_first(self._infos(sandbox_id))
+        sandbox = self.sandbox(owner, sandbox_id)
+        return sorted(self._infos(sandbox_id, sandbox), key=lambda info: info.created_at, reverse=True)
 
     def across(self, owner: str) -> list[ArchivedSession]:
-        """Every session kept of `owner`'s sandboxes, live or ended, newest first."""
+        """Every session kept of `owner`'s sandboxes, live or ended, newest first (`ArchivedSession.key` order)."""
         found: list[ArchivedSession] = []
         for sandbox_id in self.sandbox_ids():
             sandbox = self._sandbox(sandbox_id)
             if sandbox is not None and sandbox.owner == owner:
-                found += (ArchivedSession(sandbox_id, sandbox, info) for info in self._infos(sandbox_id))
-        return sorted(found, key=lambda kept: kept.info.created_at, reverse=True)
+                found += (ArchivedSession(sandbox_id, sandbox, info) for info in self._infos(sandbox_id, sandbox))
+        return sorted(found, key=ArchivedSession.key, reverse=True)
 
     def info(self, owner: str, sandbox_id: str, session_id: str) -> SessionInfo:
-        self.sandbox(owner, sandbox_id)
-        info = self._info(sandbox_id, session_id) if _SESSION_ID.fullmatch(session_id) else None
+        sandbox = self.sandbox(owner, sandbox_id)
+        info = self._info(sandbox_id, session_id, sandbox) if _SESSION_ID.fullmatch(session_id) else None
         if info is None:
             raise SandboxNotFound(f"no session {session_id} is kept of sandbox {sandbox_id}")
         return info
 
-    def events(self, owner: str, sandbox_id: str, session_id: str, offset: int, limit: int) -> tuple[list[bytes], bool]:
-        """The kept events with sequence > `offset` (at most `limit`, as JSON), and whether more follow."""
+    def events(self, owner: str, sandbox_id: str, session_id: str, offset: int, limit: int) -> EventPage:
+        """The kept events with sequence > `offset`, at most `limit`, and whether more are kept."""
         self.info(owner, sandbox_id, session_id)
         records = self._log(sandbox_id, session_id).read(offset, limit + 1)
-        return records[:limit], len(records) > limit
+        return EventPage([_EVENT.decode(record) for record in records[:limit]], len(records) > limit)
 
     def length(self, sandbox_id: str, session_id: str) -> int:
         """How many events of the session are kept (the offset to copy on from)."""
@@ -119,63 +137,91 @@ class AgentArchive:
         (nothing more is appended, and the sandbox is marked truncated)."""
         if not _SESSION_ID.fullmatch(info.session_id):
             raise ValueError(f"not a session id: {info.session_id!r}")
-        sandbox = self._sandbox(sandbox_id) or ArchivedSandbox(owner=owner, template=template)
+        stored = self._sandbox(sandbox_id)
+        if stored is not None and stored.truncated:
+            return False
         directory = self._session_dir(sandbox_id, info.session_id)
+        if not directory.is_dir() and self._session_count(sandbox_id) >= self.max_sessions:
+            return self._full(sandbox_id, f"{self.max_sessions} sessions")
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if sandbox != self._sandbox(sandbox_id):
-            _write(self.root / sandbox_id / "sandbox.json", msgspec.json.encode(sandbox))
+        if stored is None:
+            _write(self.root / sandbox_id / "sandbox.json", ArchivedSandbox(owner=owner, template=template))
         log = self._log(sandbox_id, info.session_id)
-        used, full = self.size(sandbox_id), False
+        used, room = self.size(sandbox_id), True
         for event in events:
             if event.sequence != len(log) + 1:
                 raise ValueError(f"session {info.session_id}: event {event.sequence} does not follow {len(log)}")
             line = msgspec.json.encode(event)
-            used += len(line) + 1
-            if used > self.max_bytes:
-                full = True
-                self._mark(sandbox_id, truncated=True)
-                _log.warning("sandbox %s: its sessions' copy is full (%d bytes): later events not kept", sandbox_id,
-                             self.max_bytes)  # fmt: skip
+            if used + len(line) + 1 > self.max_bytes:
+                room = self._full(sandbox_id, f"{self.max_bytes} bytes")
                 break
             log.append(line)
-        _write(directory / "info.json", msgspec.json.encode(info))
-        return not full
+            used = self._sizes[sandbox_id] = used + len(line) + 1
+        listing = msgspec.json.encode(msgspec.structs.replace(info, event_count=len(log)))
+        info_path = directory / "info.json"
+        before = info_path.stat().st_size if info_path.exists() else 0
+        _write(info_path, listing)  # also when full: what is kept is listed
+        self._sizes[sandbox_id] = used + len(listing) - before
+        return room
 
     def size(self, sandbox_id: str) -> int:
-        """Bytes of events kept of the sandbox."""
-        directory = self.root / sandbox_id
-        return sum(path.stat().st_size for path in directory.glob("sessions/*/events.jsonl"))
+        """Bytes of events and listings kept of the sandbox."""
+        size = self._sizes.get(sandbox_id)
+        if size is None:
+            files = (self.root / sandbox_id).glob("sessions/*/*")
+            size = self._sizes[sandbox_id] = sum(path.stat().st_size for path in files)
+        return size
 
     def ended(self, sandbox_id: str) -> None:
-        """The sandbox is gone: retention counts from now (or its copy goes at once, with no retention)."""
+        """The sandbox is gone: retention counts from now (or its copy goes at once, with no retention); a copy
+        already ended stays as it is."""
         sandbox = self._sandbox(sandbox_id)
-        if sandbox is not None and sandbox.ended_at is None:
+        if sandbox is not None and sandbox.ended_at is not None:
+            return
+        if sandbox is not None:
             self._mark(sandbox_id, ended_at=self._clock())
         self._forget(sandbox_id)
         if self.retention == 0:
             self._remove(sandbox_id)
 
     def full(self, sandbox_id: str) -> bool:
-        """Whether the sandbox's copy reached `max_bytes` (nothing more is copied)."""
+        """Whether the sandbox's copy reached its limits (nothing more is copied)."""
         sandbox = self._sandbox(sandbox_id)
         return sandbox is not None and sandbox.truncated
 
     def prune(self, *, keep: Collection[str] = ()) -> int:
-        """Delete the copies of sandboxes that ended over `retention` seconds ago, except those in `keep` (live
-        again: a kill that failed); how many."""
+        """Delete the copies of sandboxes that ended over `retention` seconds ago, and those left unreadable (a
+        crash before their first record was written) as long ago, except those in `keep` (live again: a kill that
+        failed); how many. One copy that cannot be deleted does not stop the others."""
         removed = 0
         horizon = self._clock() - self.retention
         for sandbox_id in self.sandbox_ids():
-            sandbox = None if sandbox_id in keep else self._sandbox(sandbox_id)
-            if sandbox is not None and sandbox.ended_at is not None and sandbox.ended_at <= horizon:
-                self._remove(sandbox_id)
-                removed += 1
+            if sandbox_id in keep:
+                continue
+            try:
+                sandbox = self._sandbox(sandbox_id)
+                ended_at = (self.root / sandbox_id).stat().st_mtime if sandbox is None else sandbox.ended_at
+                if ended_at is not None and ended_at <= horizon:
+                    self._remove(sandbox_id)
+                    removed += 1
+            except OSError as exc:
+                _log.warning("sandbox %s: its sessions' copy could not be pruned: %s", sandbox_id, exc)
         return removed
+
+    def _full(self, sandbox_id: str, limit: str) -> bool:
+        self._mark(sandbox_id, truncated=True)
+        _log.warning("sandbox %s: its sessions' copy is full (%s): later events not kept", sandbox_id, limit)
+        return False
+
+    def _session_count(self, sandbox_id: str) -> int:
+        directory = self.root / sandbox_id / "sessions"
+        return sum(1 for _ in directory.iterdir()) if directory.is_dir() else 0
 
     def _forget(self, sandbox_id: str) -> None:
         """Drop the indexes of the sandbox's logs (read again from disk when asked for)."""
         for key in [key for key in self._logs if key[0] == sandbox_id]:
             del self._logs[key]
+        self._sizes.pop(sandbox_id, None)
 
     def _remove(self, sandbox_id: str) -> None:
         self._forget(sandbox_id)
@@ -184,20 +230,23 @@ class AgentArchive:
     def _mark(self, sandbox_id: str, **changes: object) -> None:
         sandbox = self._sandbox(sandbox_id)
         if sandbox is not None:
-            changed = msgspec.structs.replace(sandbox, **changes)
-            _write(self.root / sandbox_id / "sandbox.json", msgspec.json.encode(changed))
+            _write(self.root / sandbox_id / "sandbox.json", msgspec.structs.replace(sandbox, **changes))
 
     def _sandbox(self, sandbox_id: str) -> ArchivedSandbox | None:
         return _read(self.root / sandbox_id / "sandbox.json", ArchivedSandbox)
 
-    def _infos(self, sandbox_id: str) -> list[SessionInfo]:
+    def _infos(self, sandbox_id: str, sandbox: ArchivedSandbox) -> list[SessionInfo]:
         directory = self.root / sandbox_id / "sessions"
         names = [path.name for path in directory.iterdir()] if directory.is_dir() else []
-        infos = (self._info(sandbox_id, name) for name in names if _SESSION_ID.fullmatch(name))
+        infos = (self._info(sandbox_id, name, sandbox) for name in names if _SESSION_ID.fullmatch(name))
         return [info for info in infos if info is not None]
 
-    def _info(self, sandbox_id: str, session_id: str) -> SessionInfo | None:
-        return _read(self._session_dir(sandbox_id, session_id) / "info.json", SessionInfo)
+    def _info(self, sandbox_id: str, session_id: str, sandbox: ArchivedSandbox) -> SessionInfo | None:
+        """The session as last listed; once its sandbox ended, as ended: nothing of it is still going on."""
+        info = _read(self._session_dir(sandbox_id, session_id) / "info.json", SessionInfo)
+        if info is None or sandbox.ended_at is None:
+            return info
+        return msgspec.structs.replace(info, ended=True, turn_active=False, pending_permissions=[])
 
     def _session_dir(self, sandbox_id: str, session_id: str) -> Path:
         return self.root / sandbox_id / "sessions" / session_id
@@ -210,10 +259,6 @@ class AgentArchive:
         return log
 
 
-def _newest_first(infos: list[SessionInfo]) -> list[SessionInfo]:
-    return sorted(infos, key=lambda info: info.created_at, reverse=True)
-
-
 def _read(path: Path, kind: type[_T]) -> _T | None:
     try:
         return msgspec.json.decode(path.read_bytes(), type=kind)
@@ -224,9 +269,11 @@ def _read(path: Path, kind: type[_T]) -> _T | None:
         return None
 
 
-def _write(path: Path, data: bytes) -> None:
-    """Replace `path` whole (a reader never sees half of it)."""
+def _write(path: Path, record: bytes | msgspec.Struct) -> None:
+    """Replace `path` whole and durably (a reader never sees half of it, nor an empty file after a crash)."""
     partial = path.with_suffix(".partial")
     with open(partial, "wb") as file:
-        file.write(data)
+        file.write(record if isinstance(record, bytes) else msgspec.json.encode(record))
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(partial, path)

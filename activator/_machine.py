@@ -35,6 +35,7 @@ __all__ = ["Guard", "SandboxMachine", "SandboxWatcher", "runtime_call"]
 
 T = TypeVar("T")
 Guard = Callable[[], bool]  # checked under the sandbox's lock just before a transition; False skips it
+WATCHER_DEADLINE = 10.0  # seconds a pause, snapshot or kill waits for its `SandboxWatcher.halting` at most
 _log = logging.getLogger("activator")
 _RUNNING = SandboxState.RUNNING
 
@@ -47,7 +48,11 @@ class SandboxWatcher(Protocol):
 
     async def halting(self, before: SandboxRecord | None, after: SandboxRecord) -> None:
         """A transition from `before` is about to pause, snapshot or kill the sandbox (`after`): awaited under its
-        lock, before the runtime acts, so the processes still run. It must return in bounded time and not raise."""
+        lock, before the runtime acts, so the processes still run. Bounded by `WATCHER_DEADLINE`; what it raises
+        is logged, never stops the transition."""
+
+    def halted(self, record: SandboxRecord) -> None:
+        """The runtime paused, snapshotted or killed the sandbox (`record`) as `halting` announced."""
 
 
 class SandboxMachine:
@@ -212,16 +217,27 @@ class SandboxMachine:
         seconds = 0.0
         if step.action is not None:
             halting = step.record.state is not _RUNNING
-            if halting and self._watcher is not None:
-                await self._watcher.halting(step.before, step.record)
+            if halting:
+                await self._watch_halting(step)
             if halting and self._on_halt is not None:
                 self._on_halt(step.record.id)  # idle upstream connections go before the processes do
             began = time.perf_counter()
             step = await self._act_or_undo(step)
             seconds = time.perf_counter() - began
+            if halting and self._watcher is not None:
+                self._watcher.halted(step.record)
         self._remember(step)
         self._report(step, intent, seconds)
         return step
+
+    async def _watch_halting(self, step: Step) -> None:
+        if self._watcher is None:
+            return
+        try:
+            async with asyncio.timeout(WATCHER_DEADLINE):
+                await self._watcher.halting(step.before, step.record)
+        except Exception as exc:  # the watcher's trouble is not the transition's
+            _log.warning("sandbox %s: its watcher failed before it halted: %s", step.record.id, exc or type(exc))
 
     async def recover(self) -> None:
         """After a restart: load the stored live records and reconcile them with the runtime's sandboxes (alone;

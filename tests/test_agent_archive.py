@@ -1,9 +1,11 @@
 """The control plane's copy of coding-agent sessions on disk (`AgentArchive`): what the mirror appends is read
 back with the sandbox's offsets, by its key only, across a reopen; it refuses events out of order and names it
-cannot trust, stops at its size limit, and is deleted `retention` seconds after its sandbox ended."""
+cannot trust, stops at its size and session limits, reads as ended once its sandbox ended, and is deleted
+`retention` seconds after that (a copy left unreadable by a crash too)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -25,10 +27,6 @@ def event(sequence: int, session_id: str = "s1") -> UniversalEvent:
     )  # fmt: skip
 
 
-def decoded(records: list[bytes]) -> list[UniversalEvent]:
-    return [msgspec.json.decode(record, type=UniversalEvent) for record in records]
-
-
 @pytest.fixture
 def archive(tmp_path: Path, clock: Clock) -> AgentArchive:
     return AgentArchive(tmp_path / "agent-sessions", retention=60.0, clock=clock)
@@ -44,11 +42,13 @@ def test_events_kept_are_read_from_any_offset_after_a_reopen(archive: AgentArchi
     assert archive.keep("sbx1", "key1", "base", info(count=5), [event(4), event(5)])
     again = AgentArchive(archive.root, clock=clock)
     assert again.length("sbx1", "s1") == 5
-    records, more = again.events("key1", "sbx1", "s1", 2, 2)
-    assert ([e.sequence for e in decoded(records)], more) == ([3, 4], True)
-    assert again.events("key1", "sbx1", "s1", 4, 10)[1] is False
-    assert decoded(again.events("key1", "sbx1", "s1", 0, 10)[0]) == [event(n) for n in range(1, 6)]
+    page = again.events("key1", "sbx1", "s1", 2, 2)
+    assert ([e.sequence for e in page.events], page.has_more) == ([3, 4], True)
+    assert again.events("key1", "sbx1", "s1", 4, 10).has_more is False
+    assert again.events("key1", "sbx1", "s1", 0, 10).events == [event(n) for n in range(1, 6)]
     assert again.sessions("key1", "sbx1") == [info(count=5)]
+    assert archive.keep("sbx1", "key1", "base", info(count=9), [])
+    assert again.sessions("key1", "sbx1") == [info(count=5)]  # eventCount: what is kept, not what the sandbox said
 
 
 def test_another_keys_copy_is_not_found(archive: AgentArchive) -> None:
@@ -90,7 +90,28 @@ def test_a_full_copy_keeps_its_first_events_and_says_it_is_truncated(tmp_path: P
     assert 0 < kept < 9
     assert archive.full("sbx1")
     assert archive.sandbox("key1", "sbx1").truncated
-    assert [e.sequence for e in decoded(archive.events("key1", "sbx1", "s1", 0, 100)[0])] == list(range(1, kept + 1))
+    assert [e.sequence for e in archive.events("key1", "sbx1", "s1", 0, 100).events] == list(range(1, kept + 1))
+    assert not archive.keep("sbx1", "key1", "base", info("s2"), [])  # nothing more, not even a new session
+
+
+def test_a_copy_takes_max_sessions_and_then_no_new_one(tmp_path: Path) -> None:
+    archive = AgentArchive(tmp_path, max_sessions=2)
+    assert archive.keep("sbx1", "key1", "base", info("s1"), [event(1)])
+    assert archive.keep("sbx1", "key1", "base", info("s2"), [])
+    assert not archive.keep("sbx1", "key1", "base", info("s3"), [])
+    assert archive.sandbox("key1", "sbx1").truncated
+    assert {kept.session_id for kept in archive.sessions("key1", "sbx1")} == {"s1", "s2"}
+
+
+def test_an_ended_sandboxs_sessions_read_as_ended(archive: AgentArchive) -> None:
+    running = msgspec.structs.replace(info(count=1), turn_active=True, pending_permissions=["p1"])
+    archive.keep("sbx1", "key1", "base", running, [event(1)])
+    assert archive.info("key1", "sbx1", "s1") == running
+    archive.ended("sbx1")
+    ended = msgspec.structs.replace(running, ended=True, turn_active=False, pending_permissions=[])
+    assert archive.info("key1", "sbx1", "s1") == ended
+    assert archive.sessions("key1", "sbx1") == [ended]
+    assert [kept.info for kept in archive.across("key1")] == [ended]
 
 
 def test_a_copy_is_deleted_retention_seconds_after_its_sandbox_ended(archive: AgentArchive, clock: Clock) -> None:
@@ -106,6 +127,17 @@ def test_a_copy_is_deleted_retention_seconds_after_its_sandbox_ended(archive: Ag
     assert archive.sandbox_ids() == ["sbx2"]  # never ended: kept
     with pytest.raises(SandboxNotFound):
         archive.sessions("key1", "sbx1")
+
+
+def test_a_copy_left_without_its_record_is_pruned_after_retention(archive: AgentArchive, clock: Clock) -> None:
+    archive.keep("sbx1", "key1", "base", info(), [event(1)])
+    (archive.root / "sbx1" / "sandbox.json").unlink()  # a crash between the directory and its record
+    os.utime(archive.root / "sbx1", (clock(), clock()))
+    clock.advance(59)
+    assert archive.prune() == 0
+    clock.advance(2)
+    assert archive.prune() == 1
+    assert archive.sandbox_ids() == []
 
 
 def test_no_retention_deletes_a_copy_when_its_sandbox_ends(tmp_path: Path) -> None:

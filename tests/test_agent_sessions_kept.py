@@ -59,6 +59,19 @@ def copied(server: RunningServer, sandbox_id: str, session_id: str, events: list
     return (answer.status_code == 200 and answer.json()["events"] == events) or None
 
 
+def paged(server: RunningServer) -> list[dict[str, Any]]:
+    """`GET /agent-sessions` one session a page, following `X-Next-Token`."""
+    found: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        answer = api(server, "/agent-sessions", limit=1, **({"nextToken": token} if token else {}))
+        assert answer.status_code == 200, answer.text
+        found += answer.json()
+        token = answer.headers.get("X-Next-Token")
+        if token is None:
+            return found
+
+
 def state(server: RunningServer, sandbox_id: str) -> str:
     answer = api(server, f"/sandboxes/{sandbox_id}")
     assert answer.status_code == 200, answer.text
@@ -71,13 +84,17 @@ async def test_a_killed_sandboxs_sessions_are_read_from_the_control_plane_with_t
     sandbox_id = (await create(server, metadata={"suite": "agent-sessions-kept"}))["sandboxId"]
     events = await run_turn(server, sandbox_id, "kept", "$ echo kept")
     assert [event["sequence"] for event in events] == list(range(1, len(events) + 1))
+    await run_turn(server, sandbox_id, "kept-too", "$ echo too")
     ok(await call(server, "deleteSandbox", {"sandboxId": sandbox_id}))
 
     copy = kept(server, sandbox_id)
     assert copy["endedAt"] is not None
     assert copy["truncated"] is False
-    (session,) = copy["sessions"]
+    too, session = copy["sessions"]  # newest first
     assert (session["sessionId"], session["agent"], session["eventCount"]) == ("kept", "mock", len(events))
+    assert session["ended"] is True
+    assert session.keys().isdisjoint({"turnActive", "pendingPermissions"})  # false, none: defaults are left out
+    assert too["sessionId"] == "kept-too"
     assert kept_events(server, sandbox_id, "kept")["events"] == events
     page = kept_events(server, sandbox_id, "kept", offset=2, limit=2)
     assert page == {"events": events[2:4], "hasMore": True}
@@ -86,6 +103,7 @@ async def test_a_killed_sandboxs_sessions_are_read_from_the_control_plane_with_t
     assert {"sandboxID": sandbox_id, "templateID": "base", "session": session, "sandboxEndedAt": copy["endedAt"]} in (
         listed
     )
+    assert paged(server) == listed  # a page at a time, by X-Next-Token: the same listing
 
     structured, text = transcript(
         await call(server, "getAgentSessionEvents", {"sandboxId": sandbox_id, "sessionId": "kept", "offset": 1})
@@ -94,7 +112,7 @@ async def test_a_killed_sandboxs_sessions_are_read_from_the_control_plane_with_t
     assert (structured["nextOffset"], structured["killed"], structured["ended"]) == (len(events), True, True)
     assert "the control plane's copy" in text
     listing = ok(await call(server, "listAgentSessions", {"sandboxId": sandbox_id}))
-    assert [one["sessionId"] for one in listing["sessions"]] == ["kept"]
+    assert [one["sessionId"] for one in listing["sessions"]] == ["kept-too", "kept"]
     assert listing["killed"] is True
     refused = await call(server, "promptAgentSession", {"sandboxId": sandbox_id, "sessionId": "kept", "message": "m"})
     assert "doesn't exist" in failed(refused)  # a killed sandbox's session is read, never prompted
@@ -134,6 +152,8 @@ async def test_sessions_of_a_sandbox_never_used_by_an_agent_are_not_kept(server:
     bad = api(server, f"/sandboxes/{sandbox_id}/agent-sessions/..%2Fx/events")
     assert bad.status_code in (400, 404)
     assert api(server, "/agent-sessions", limit=0).status_code == 400
+    forged = api(server, "/agent-sessions", nextToken="nothing-it-gave")
+    assert (forged.status_code, forged.json()["code"]) == (400, 400)
 
 
 @pytest.fixture(scope="module")

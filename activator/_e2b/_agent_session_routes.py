@@ -1,12 +1,13 @@
 """The control plane's copy of the sandboxes' coding-agent sessions (ours, not E2B's; `activator._agent_archive`).
 
-    GET /agent-sessions?limit                                     the newest sessions kept of the key's sandboxes
+    GET /agent-sessions?limit&nextToken                           the newest sessions kept of the key's sandboxes
     GET /sandboxes/{id}/agent-sessions                            one sandbox's, live or killed
     GET /sandboxes/{id}/agent-sessions/{sessionID}/events         its events after `offset`, at most `limit`
 
 A running sandbox's sessions are copied within about a second (`activator._agent_mirror`), and whole before it is
 paused, snapshotted or killed; after `kill` they stay readable for the server's `--agent-session-retention`, with
-the offsets the sandbox's own API (port 2468) gave. 501 where no copy is kept (the kubernetes runtime).
+the offsets the sandbox's own API (port 2468) gave. 501 where no copy is kept (the kubernetes runtime). A killed
+sandbox's sessions read as ended, with nothing pending; `eventCount` is the number of events kept.
 """
 
 from __future__ import annotations
@@ -14,24 +15,23 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-import msgspec
-from litestar import get
+from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
-from activator._agent_archive import AgentArchive
+from activator._agent_archive import AgentArchive, ArchivedSession
 from activator._e2b import _wire
+from activator._e2b._info_routes import NEXT_TOKEN
 from activator._e2b._openapi import keyed_errors
 from activator._e2b._state import ActivatorDep, OwnerDep, SandboxIdPath
-from activator._errors import NotSupported
-from executor.agent_api import SESSION_ID_PATTERN, EventPage, UniversalEvent
+from activator._errors import InvalidRequest, NotSupported
+from executor.agent_api import SESSION_ID_PATTERN, EventPage
 
 __all__ = ["AGENT_SESSION_ROUTES", "MAX_KEPT_EVENTS_PAGE"]
 
 MAX_KEPT_EVENTS_PAGE = 10_000  # as the sandbox's own events route
 MAX_LISTED = 1_000  # sessions one listing returns
 _SessionIdPath = Annotated[str, PathParameter(pattern=SESSION_ID_PATTERN)]
-_events = msgspec.json.Decoder(UniversalEvent)
 
 
 def _archive(activator: ActivatorDep) -> AgentArchive:
@@ -41,21 +41,36 @@ def _archive(activator: ActivatorDep) -> AgentArchive:
     return activator.agent_archive
 
 
-@get("/agent-sessions", responses=keyed_errors(400, 501))
+@get("/agent-sessions", responses=keyed_errors(400, 501), response_headers=[NEXT_TOKEN])
 async def list_kept_sessions(
-    activator: ActivatorDep, owner: OwnerDep, limit: Annotated[int, QueryParameter(ge=1, le=MAX_LISTED)] = 100
-) -> list[_wire.KeptAgentSession]:
-    """The newest `limit` coding-agent sessions kept of the key's sandboxes, live or killed."""
-    kept = _archive(activator).across(owner)[:limit]
-    return [
-        _wire.KeptAgentSession(
-            sandbox_id=one.sandbox_id,
-            template_id=one.sandbox.template,
-            session=one.info,
-            sandbox_ended_at=_time(one.sandbox.ended_at),
-        )
-        for one in kept
-    ]
+    activator: ActivatorDep,
+    owner: OwnerDep,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_LISTED)] = 100,
+    next_token: Annotated[str | None, QueryParameter(name="nextToken", max_length=200)] = None,
+) -> Response[list[_wire.KeptAgentSession]]:
+    """The key's coding-agent sessions kept, live or killed, newest first; `X-Next-Token` when more follow (a place
+    in the listing: a copy deleted while paging loses nothing else)."""
+    found = _archive(activator).across(owner)
+    if next_token is not None:
+        after = _decode_token(next_token)
+        found = [one for one in found if one.key() < after]
+    page = found[:limit]
+    headers = {"X-Next-Token": "~".join(page[-1].key())} if len(found) > limit else {}
+    return Response([_kept(one) for one in page], headers=headers)
+
+
+def _kept(one: ArchivedSession) -> _wire.KeptAgentSession:
+    return _wire.KeptAgentSession(
+        sandbox_id=one.sandbox_id, template_id=one.sandbox.template, session=one.info,
+        sandbox_ended_at=_time(one.sandbox.ended_at),
+    )  # fmt: skip
+
+
+def _decode_token(token: str) -> tuple[str, str, str]:
+    parts = token.split("~")
+    if len(parts) != 3:
+        raise InvalidRequest(f"nextToken {token!r} is not one this listing gave")
+    return parts[0], parts[1], parts[2]
 
 
 @get("/sandboxes/{sandbox_id:str}/agent-sessions", responses=keyed_errors(400, 404, 501))
@@ -79,8 +94,7 @@ async def kept_events(
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_KEPT_EVENTS_PAGE)] = 1_000,
 ) -> EventPage:
     """The session's kept events with `sequence > offset`, at most `limit`; `hasMore` when more are kept."""
-    records, more = _archive(activator).events(owner, sandbox_id, session_id, offset, limit)
-    return EventPage([_events.decode(record) for record in records], more)
+    return _archive(activator).events(owner, sandbox_id, session_id, offset, limit)
 
 
 def _time(seconds: float | None) -> datetime | None:

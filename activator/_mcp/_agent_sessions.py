@@ -164,15 +164,7 @@ async def _events(port: AgentPort, args: GetAgentSessionEvents) -> Rendered:
     next_offset = args.offset + len(events)
     has_more = info.event_count > next_offset
     pending = info.pending_permissions  # the server's: also those requested before this page
-    structured: dict[str, Any] = {
-        "sandboxId": args.sandbox_id,
-        "sessionId": args.session_id,
-        "events": msgspec.to_builtins(events),
-        "nextOffset": next_offset,
-        "hasMore": has_more,
-        "turnActive": info.turn_active,
-        "ended": info.ended,
-    }
+    structured = _page(args, events, has_more, info)
     if pending:
         structured["pendingPermissions"] = pending
     footer = _footer(next_offset, has_more, info, pending)
@@ -206,21 +198,12 @@ async def _follow(
 
 def _kept_events(archive: AgentArchive, owner: str, args: GetAgentSessionEvents) -> Rendered:
     """`getAgentSessionEvents` of a killed sandbox: its events as the control plane kept them, same offsets."""
-    info = archive.info(owner, args.sandbox_id, args.session_id)
-    records, more = archive.events(owner, args.sandbox_id, args.session_id, args.offset, args.limit)
-    events = _bounded([msgspec.json.decode(record, type=UniversalEvent) for record in records])
+    info = archive.info(owner, args.sandbox_id, args.session_id)  # ended, no turn: its sandbox was killed
+    kept = archive.events(owner, args.sandbox_id, args.session_id, args.offset, args.limit)
+    events = _bounded(kept.events)
     next_offset = args.offset + len(events)
-    has_more = more or len(events) < len(records)
-    structured: dict[str, Any] = {
-        "sandboxId": args.sandbox_id,
-        "sessionId": args.session_id,
-        "events": msgspec.to_builtins(events),
-        "nextOffset": next_offset,
-        "hasMore": has_more,
-        "turnActive": False,
-        "ended": True,
-        "killed": True,
-    }
+    has_more = kept.has_more or len(events) < len(kept.events)
+    structured = _page(args, events, has_more, info) | {"killed": True}
     where = f"nextOffset {next_offset}"
     footer = (
         f"{where}; more events are kept: call getAgentSessionEvents again with offset {next_offset}"
@@ -228,6 +211,21 @@ def _kept_events(archive: AgentArchive, owner: str, args: GetAgentSessionEvents)
         else f"{where}; the sandbox was killed (agent: {info.agent}): this is the control plane's copy of the session"
     )
     return Rendered(structured, render(structured["events"], next_offset=next_offset, footer=footer))
+
+
+def _page(
+    args: GetAgentSessionEvents, events: list[UniversalEvent], has_more: bool, info: SessionInfo
+) -> dict[str, Any]:
+    """The structured answer of `getAgentSessionEvents`, live or kept."""
+    return {
+        "sandboxId": args.sandbox_id,
+        "sessionId": args.session_id,
+        "events": msgspec.to_builtins(events),
+        "nextOffset": args.offset + len(events),
+        "hasMore": has_more,
+        "turnActive": info.turn_active,
+        "ended": info.ended,
+    }
 
 
 def _stops(events: list[UniversalEvent]) -> bool:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import msgspec
 from litestar import Response, get
 
 from activator import AgentArchive, SandboxNotFound
-from executor.agent_api import SessionInfo, UniversalEvent
+from executor.agent_api import SessionInfo
 from gateway.ui._agent_sessions import MAX_SHOWN_EVENTS, SessionIdPath, transcript
 from gateway.ui._auth import SessionDep
 from gateway.ui._context import SandboxIdPath, UiContext, UiDep
@@ -23,7 +22,6 @@ from gateway.ui._render import page
 __all__ = ["KEPT_SESSION_ROUTES", "MAX_LISTED_SESSIONS"]
 
 MAX_LISTED_SESSIONS = 500  # the newest sessions the page lists
-_events = msgspec.json.Decoder(UniversalEvent)
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,6 @@ class ListedSession:
     template: str
     info: SessionInfo
     sandbox_live: bool
-    sandbox_ended_at: float | None
 
 
 @get("/sessions")
@@ -41,7 +38,7 @@ async def sessions_page(ui: UiDep, session: SessionDep) -> Response[str]:
     archive = ui.services.activator.agent_archive
     live = ui.services.activator.live
     listed = [
-        ListedSession(kept.sandbox_id, kept.sandbox.template, kept.info, kept.sandbox_id in live, kept.sandbox.ended_at)
+        ListedSession(kept.sandbox_id, kept.sandbox.template, kept.info, kept.sandbox_id in live)
         for kept in (archive.across(session.owner)[:MAX_LISTED_SESSIONS] if archive is not None else [])
     ]
     return page(
@@ -60,8 +57,9 @@ async def kept_session_page(
     info = archive.info(session.owner, sandbox_id, session_id)
     kept = archive.length(sandbox_id, session_id)
     first = max(0, kept - MAX_SHOWN_EVENTS)
-    records, _ = archive.events(session.owner, sandbox_id, session_id, first, MAX_SHOWN_EVENTS)
-    entries = transcript([_events.decode(record) for record in records], pending=set())
+    entries = transcript(
+        archive.events(session.owner, sandbox_id, session_id, first, MAX_SHOWN_EVENTS).events, pending=set()
+    )
     return page(
         ui, "kept_session.html", session=session, active="sessions", sandbox_id=sandbox_id, sandbox=sandbox,
         info=info, entries=entries, skipped=first, live=False, kept=True,
