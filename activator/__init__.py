@@ -38,7 +38,18 @@ from activator._idempotency import IDEMPOTENCY_TTL, ClaimedKey, Idempotency, Key
 from activator._keys import KEY_PATTERN, ApiKeys
 from activator._kube_store import KubeStore
 from activator._logs import LogLine
-from activator._mcp import CREATE_DEADLINE, AgentPort, AgentRefused, McpServer, SandboxUrls, ToolError, session_path
+from activator._mcp import (
+    CREATE_DEADLINE,
+    DESKTOP_VIEW_COMMAND,
+    AgentPort,
+    AgentRefused,
+    McpServer,
+    SandboxUrls,
+    ToolError,
+    current_page,
+    navigate,
+    session_path,
+)
 from activator._metrics_ring import SAMPLE_INTERVAL, SAMPLES_KEPT, Sample
 from activator._pacing import RequestPacer
 from activator._quota import DEFAULT_KEY_LIMITS
@@ -70,6 +81,7 @@ __all__ = [
     "CLIENT_GONE",
     "CREATE_DEADLINE",
     "DEFAULT_KEY_LIMITS",
+    "DESKTOP_VIEW_COMMAND",
     "IDEMPOTENCY_TTL",
     "KEY_PATTERN",
     "MAX_BODY_BYTES",
@@ -133,9 +145,11 @@ __all__ = [
     "TooManyRequests",
     "TooManySignIns",
     "ToolError",
+    "current_page",
     "e2b_error_response",
     "e2b_openapi_config",
     "e2b_router",
+    "navigate",
     "new_sandbox_id",
     "session_path",
 ]

@@ -16,9 +16,17 @@ import pytest
 from e2b import Sandbox
 
 from tests.server_fixtures import RunningServer
-from tests.ui_fixtures import browser_fixture, context_fixture, new_key, sdk_options, ui_server_fixture, ui_url
+from tests.ui_fixtures import (
+    browser_fixture,
+    context_fixture,
+    new_key,
+    page_fixture,
+    sdk_options,
+    ui_server_fixture,
+    ui_url,
+)
 
-__all__ = ["browser_fixture", "context_fixture", "ui_server_fixture"]  # fixtures, used by name
+__all__ = ["browser_fixture", "context_fixture", "page_fixture", "ui_server_fixture"]  # fixtures, used by name
 
 SLOW = 180_000  # ms a turn of the mock may take on a loaded machine (generous: nothing here measures time)
 
@@ -33,17 +41,6 @@ def sandbox(ui_server: RunningServer, key: str) -> Iterator[Sandbox]:
     sandbox = Sandbox.create(metadata={"suite": "ui-agent-sessions-browser"}, **sdk_options(ui_server, key))
     yield sandbox
     sandbox.kill()
-
-
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    """A page that fails the test on any script error or console error."""
-    page = context.new_page()
-    problems: list[str] = []
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
-    yield page
-    assert problems == [], problems
 
 
 def test_a_session_is_started_prompted_and_approved_from_the_sessions_tab(

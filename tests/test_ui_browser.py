@@ -21,12 +21,14 @@ from tests.ui_fixtures import (
     browser_fixture,
     context_fixture,
     new_key,
+    page_fixture,
     sdk_options,
+    sign_in_page,
     ui_server_fixture,
     ui_url,
 )
 
-__all__ = ["browser_fixture", "context_fixture", "ui_server_fixture"]  # fixtures, used by name
+__all__ = ["browser_fixture", "context_fixture", "page_fixture", "ui_server_fixture"]  # fixtures, used by name
 
 COOKIE = "agent_sandbox_ui"
 SLOW = 60_000  # ms: a pause takes a snapshot, a resume restores it
@@ -72,29 +74,6 @@ def shots(tmp_path: Path) -> Path:
     return target
 
 
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    """A page that fails the test on any script error or console error (a refused sign-in's 401 aside)."""
-    page = context.new_page()
-    problems: list[str] = []
-
-    def console(message: Any) -> None:
-        if message.type == "error" and "status of 401" not in message.text:
-            problems.append(f"console: {message.text}")
-
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", console)
-    yield page
-    assert problems == [], problems
-
-
-def sign_in(page: Any, server: RunningServer, key: str, *, then: str = "/ui/sandboxes") -> None:
-    page.goto(f"{ui_url(server)}{then}")
-    page.fill("#key", key)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"**{then}")
-
-
 def test_sign_in_keeps_only_an_opaque_host_only_cookie_and_sign_out_ends_it(
     page: Any, context: Any, ui_server: RunningServer, key: str, shots: Path
 ) -> None:
@@ -132,7 +111,7 @@ def test_sign_in_keeps_only_an_opaque_host_only_cookie_and_sign_out_ends_it(
 def test_a_sandbox_created_through_the_api_appears_then_pauses_and_resumes_from_the_ui(
     page: Any, ui_server: RunningServer, key: str, shots: Path
 ) -> None:
-    sign_in(page, ui_server, key, then="/ui/sandboxes?metadata=suite%3Dlive")
+    sign_in_page(page, ui_server, key, then="/ui/sandboxes?metadata=suite%3Dlive")
     page.wait_for_selector("#live.on")
     sandbox = Sandbox.create(metadata={"suite": "live", "owner": "ana"}, **sdk_options(ui_server, key))
     try:
@@ -156,7 +135,7 @@ def test_a_sandbox_created_through_the_api_appears_then_pauses_and_resumes_from_
 def test_a_port_url_opens_the_server_running_in_the_sandbox(
     page: Any, context: Any, ui_server: RunningServer, key: str, sandbox: Sandbox, shots: Path
 ) -> None:
-    sign_in(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
+    sign_in_page(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
     page.wait_for_selector("#live.on")
     page.fill("#port-input", "8000")
     page.click("#add-port")
@@ -175,7 +154,7 @@ def test_a_port_url_opens_the_server_running_in_the_sandbox(
 def test_the_terminal_runs_what_is_typed(
     page: Any, ui_server: RunningServer, key: str, sandbox: Sandbox, shots: Path
 ) -> None:
-    sign_in(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
+    sign_in_page(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
     page.click('[data-tab="terminal"]')
     # A locator, not wait_for_function: polling a string predicate evals it, which the UI's CSP refuses.
     page.locator("#terminal-status", has_text=re.compile(r"^Connected")).wait_for()  # not "Disconnected"
@@ -190,7 +169,7 @@ def test_the_terminal_runs_what_is_typed(
 def test_processes_files_templates_and_pools_render(
     page: Any, ui_server: RunningServer, key: str, sandbox: Sandbox, shots: Path
 ) -> None:
-    sign_in(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
+    sign_in_page(page, ui_server, key, then=f"/ui/sandboxes/{sandbox.sandbox_id}")
     page.click('[data-tab="processes"]')
     page.locator("#processes-table").filter(has_text="http.server 8000").wait_for()
     page.screenshot(path=shots / "sandbox-processes.png", full_page=True)
@@ -213,7 +192,7 @@ def test_a_page_on_a_sandbox_hostname_cannot_read_or_use_the_ui_session(
     context: Any, ui_server: RunningServer, key: str, sandbox: Sandbox
 ) -> None:
     ui = context.new_page()
-    sign_in(ui, ui_server, key)
+    sign_in_page(ui, ui_server, key)
     assert [c["name"] for c in context.cookies(ui_url(ui_server) + "/ui/")] == [COOKIE]
     sandbox_origin = f"http://8001-{sandbox.sandbox_id}.sandbox.localhost:{ui_server.port}"
     assert context.cookies(sandbox_origin + "/ui/") == []  # the browser's own verdict: never sent there

@@ -92,3 +92,27 @@ def context_fixture(browser: Any) -> Iterator[Any]:
         yield context
     finally:
         context.close()
+
+
+@pytest.fixture(name="page")
+def page_fixture(context: Any) -> Iterator[Any]:
+    """A page that fails the test on any script error or console error (a refused sign-in's 401 aside)."""
+    page = context.new_page()
+    problems: list[str] = []
+
+    def console(message: Any) -> None:
+        if message.type == "error" and "status of 401" not in message.text:
+            problems.append(f"console: {message.text}")
+
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", console)
+    yield page
+    assert problems == [], problems
+
+
+def sign_in_page(page: Any, server: RunningServer, key: str, *, then: str = "/ui/sandboxes") -> None:
+    """Sign `page` in as `key` from the sign-in form `then` redirects to, and wait until it is back at `then`."""
+    page.goto(f"{ui_url(server)}{then}")
+    page.fill("#key", key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**{then}")

@@ -22,7 +22,7 @@ from activator._mcp._errors import ToolError, executor_failures
 from activator._mcp._output import MAX_STREAM_BYTES
 from pool import envd
 
-__all__ = ["BROWSER_TOOL_DESCRIPTIONS", "CDP_PORT", "run_browser_tool"]
+__all__ = ["BROWSER_TOOL_DESCRIPTIONS", "CDP_PORT", "current_page", "navigate", "run_browser_tool"]
 
 CDP_PORT = 9222
 _LOCAL = f"localhost:{CDP_PORT}"
@@ -39,7 +39,7 @@ BROWSER_TOOL_DESCRIPTIONS = {
     "value as JSON.",
     "page_text": f"The visible text of the current page (its URL and title too), at most {MAX_STREAM_BYTES // 1024} "
     "KiB.",
-    "page_screenshot": "A PNG of the current page's viewport (returned as an image).",
+    "page_screenshot": "A PNG of the current page's viewport (returned as an image), with its URL and title.",
 }
 
 
@@ -90,7 +90,18 @@ async def _run(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
                 shot = await session.call("Page.captureScreenshot", {"format": "png"})
                 if not isinstance(shot.get("data"), str):
                     raise ToolError("the browser sent no screenshot")
-                return {"image": {"mimeType": "image/png", "data": shot["data"]}}
+                return await session.where() | {"image": {"mimeType": "image/png", "data": shot["data"]}}
+
+
+async def current_page(connect: Connect) -> dict[str, Any]:
+    """The browser's current page as the web UI shows it: `{url, title, image: {mimeType, data}}` (a PNG of its
+    viewport, base64); ToolError as the tools."""
+    return await run_browser_tool(connect, PageScreenshot())
+
+
+async def navigate(connect: Connect, url: str) -> dict[str, Any]:
+    """Load `url` in the browser's current page and wait for it: `{url, title}`; ToolError as the tools."""
+    return await run_browser_tool(connect, Navigate(url=url))
 
 
 async def _page(connect: Connect) -> str:

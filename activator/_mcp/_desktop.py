@@ -17,7 +17,7 @@ from activator._mcp._arguments import Click, DesktopToolArgs, OpenUrl, Press, Sc
 from activator._mcp._envd import Envd
 from activator._mcp._errors import ToolError
 
-__all__ = ["DESKTOP_TOOL_DESCRIPTIONS", "MAX_SCREENSHOT_BYTES", "run_desktop_tool"]
+__all__ = ["DESKTOP_TOOL_DESCRIPTIONS", "DESKTOP_VIEW_COMMAND", "MAX_SCREENSHOT_BYTES", "run_desktop_tool"]
 
 MAX_SCREENSHOT_BYTES = 8 << 20
 _DISPLAY = {"DISPLAY": ":0"}
@@ -30,6 +30,26 @@ _START = (
     " (startxfce4 >/tmp/xfce.log 2>&1 &);"
     " for i in $(seq 300); do pgrep -x xfdesktop >/dev/null && break; sleep 0.2; done; }"
 )
+# The web UI's live view: the desktop started as above, then an `x11vnc -inetd` (one per viewer) whose RFB is relayed
+# to this process's stdin and stdout. x11vnc reads and writes its fd 0, which must be a socket, so a socketpair
+# stands between it and the pipes envd gives. No port is opened in the sandbox (a port would be reachable through
+# the gateway without the UI's session); the UI bridges its authenticated WebSocket to this process through envd.
+_RELAY = """
+import os, socket, subprocess, threading
+ours, its = socket.socketpair()
+vnc = subprocess.Popen(["x11vnc", "-inetd", "-display", ":0", "-nopw", "-q", "-o", "/tmp/x11vnc-view.log"],
+                       stdin=its, stdout=its, stderr=subprocess.DEVNULL)
+its.close()
+def given():
+    while data := os.read(0, 65536):
+        ours.sendall(data)
+    ours.shutdown(socket.SHUT_WR)
+threading.Thread(target=given, daemon=True).start()
+while data := ours.recv(65536):
+    os.write(1, data)
+vnc.kill()
+"""
+DESKTOP_VIEW_COMMAND = f"{{ {_START}; }} >/dev/null 2>&1; exec python3 -c {shlex.quote(_RELAY)}"
 _KEYS = {"enter": "Return", "return": "Return", "ctrl": "Control_L", "control": "Control_L", "alt": "Alt_L",
          "shift": "Shift_L", "esc": "Escape", "escape": "Escape", "tab": "Tab", "backspace": "BackSpace",
          "delete": "Delete", "space": "space", "up": "Up", "down": "Down", "left": "Left", "right": "Right",

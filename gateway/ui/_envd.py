@@ -1,4 +1,5 @@
-"""The envd calls behind the sandbox page (e2b-protocol.md §3): processes, directory listings, downloads, and PTYs.
+"""The envd calls behind the sandbox page (e2b-protocol.md §3): processes, directory listings, downloads, PTYs, and
+processes spoken to over their stdio (the desktop view's VNC server).
 
 Every call goes through `pool.EnvdClient` as the sandbox's default user (no user named) with the sandbox's access
 token. Each call opens its own connection through `open_socket` (the activator's `open_upstream`, which wakes a
@@ -90,44 +91,67 @@ class Envd:
             process=ProcessConfig(cmd="/bin/bash", args=["-i", "-l"], envs={"TERM": "xterm-256color"}),
             pty=PtyRequest(size=PtySize(cols=cols, rows=rows)),
         )
+        async with self._started(start) as pty:
+            yield pty
+
+    @asynccontextmanager
+    async def piped(self, command: str, envs: dict[str, str]) -> AsyncIterator[Pty]:
+        """`command` (bash) with its stdin and stdout as pipes, byte for byte (stderr is not read): a program that
+        speaks a protocol over stdio. Killed when the block ends."""
+        start = StartRequest(process=ProcessConfig(cmd="/bin/bash", args=["-c", command], envs=envs), stdin=True)
+        async with self._started(start) as piped:
+            yield piped
+
+    @asynccontextmanager
+    async def _started(self, start: StartRequest) -> AsyncIterator[Pty]:
         with _translated(""):
             async with contextlib.AsyncExitStack() as stack:
                 async with asyncio.timeout(_CALL_DEADLINE):
                     events = await stack.enter_async_context(self._streams.start(start))
                     pid = await _first_pid(events)
-                pty = Pty(pid, events, KeptAliveTransport(self._open_socket), self._token)
+                process = Pty(pid, events, KeptAliveTransport(self._open_socket), self._token, piped=start.pty is None)
                 try:
-                    yield pty
+                    yield process
                 finally:
-                    await pty.close()
+                    await process.close()
 
 
 class Pty:
-    """A running shell on a PTY: its output, and input and resizes on a second, kept-alive connection."""
+    """A running process on a PTY (a shell) or on pipes (`piped`): its output, and input and resizes on a second,
+    kept-alive connection."""
 
     def __init__(
-        self, pid: int, events: AsyncIterator[ProcessEvent], input_transport: KeptAliveTransport, token: str | None
+        self,
+        pid: int,
+        events: AsyncIterator[ProcessEvent],
+        input_transport: KeptAliveTransport,
+        token: str | None,
+        *,
+        piped: bool = False,
     ) -> None:
         self.pid = pid
-        self.status = ""  # how the shell ended ("exit status 0"), once `output` has returned
+        self.status = ""  # how the process ended ("exit status 0"), once `output` has returned
         self._events = events
+        self._piped = piped
         self._process = ProcessSelector(pid=pid)
         self._transport = input_transport  # connects on first use; used by one task (the WebSocket's reader)
         self._input = EnvdClient(input_transport, token=token)
 
     async def output(self) -> AsyncIterator[bytes]:
-        """What the shell writes, until it exits."""
+        """What the process writes (on its PTY, or its stdout), until it exits."""
         with _translated(""):
             async for event in self._events:
-                if event.data is not None and event.data.pty:
-                    yield event.data.pty
+                data = None if event.data is None else event.data.stdout if self._piped else event.data.pty
+                if data:
+                    yield data
                 elif event.end is not None:
                     self.status = event.end.status or f"exit code {event.end.exit_code}"
                     return
 
     async def write(self, data: bytes) -> None:
-        """Type `data` into the shell."""
-        await self._call(lambda: self._input.send_input(SendInputRequest(self._process, ProcessInput(pty=data))))
+        """Type `data` into the shell, or write it to the process's stdin."""
+        given = ProcessInput(stdin=data) if self._piped else ProcessInput(pty=data)
+        await self._call(lambda: self._input.send_input(SendInputRequest(self._process, given)))
 
     async def resize(self, cols: int, rows: int) -> None:
         size = PtySize(cols=cols, rows=rows)

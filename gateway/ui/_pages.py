@@ -12,6 +12,7 @@ from litestar.response import Redirect
 
 from gateway.ui._auth import SessionDep
 from gateway.ui._context import SandboxIdPath, UiContext, UiDep
+from gateway.ui._live_views import live_view
 from gateway.ui._render import page, sandbox_url_pattern
 from gateway.ui._views import own_template_views, pool_views, template_views
 
@@ -47,11 +48,13 @@ async def sandboxes(
 async def sandbox(
     request: Request[Any, Any, Any], ui: UiDep, session: SessionDep, sandbox_id: SandboxIdPath
 ) -> Response[str]:
-    """One sandbox: its state and figures, actions, URLs, logs, processes, files and a terminal."""
+    """One sandbox: its state and figures, actions, URLs, logs, processes, files, a terminal, its coding-agent
+    sessions, and its desktop or browser (`_live_views`) where its template has one."""
     record = ui.services.activator.get(session.owner, sandbox_id)  # 404 page when gone or another key's
     return page(
         ui, "sandbox.html", session=session, active="sandboxes", sandbox_id=record.id,
         url_pattern=_pattern(request, ui), max_timeout=ui.services.activator.settings.max_timeout,
+        live_view=live_view(ui, record),
     )  # fmt: skip
 
 

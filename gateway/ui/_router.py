@@ -24,6 +24,7 @@ from gateway.ui._context import STATIC_DIR, UiContext
 from gateway.ui._errors import error_handler
 from gateway.ui._events import EVENT_ROUTES
 from gateway.ui._kept_sessions import KEPT_SESSION_ROUTES
+from gateway.ui._live_views import LIVE_VIEW_ROUTES, desktop_view
 from gateway.ui._login import LOGIN_ROUTES
 from gateway.ui._pages import PAGE_ROUTES
 from gateway.ui._sandbox_io import IO_ROUTES
@@ -42,6 +43,7 @@ ROUTES = [
     *IO_ROUTES,
     *AGENT_SESSION_ROUTES,
     *KEPT_SESSION_ROUTES,
+    *LIVE_VIEW_ROUTES,
 ]
 _MAX_BODY = 64 * 1024  # the UI posts small forms only
 
@@ -55,7 +57,7 @@ def ui_router(services: UiServices, *, sessions: Sessions | None = None, refresh
     )
     return Router(
         path="/ui",
-        route_handlers=[*ROUTES, terminal, static],
+        route_handlers=[*ROUTES, terminal, desktop_view, static],
         dependencies={
             "ui": Provide(lambda: ui, use_cache=True, sync_to_thread=False),
             "session": Provide(session),

@@ -22,15 +22,21 @@ from gateway.ui._context import SandboxIdPath, UiContext, UiDep
 from gateway.ui._envd import Entry, Envd
 from pool import ENVD_PORT
 
-__all__ = ["IO_ROUTES", "envd_for"]
+__all__ = ["IO_ROUTES", "envd_for", "reachable"]
 
 
 def envd_for(ui: UiContext, record: SandboxRecord) -> Envd:
-    """The executor of a sandbox the session may reach (SandboxConflict while its user keeps it paused)."""
-    if record.user_paused:
-        raise SandboxConflict(f"sandbox {record.id} is {record.state.value}: resume it to look inside")
+    """The executor of a sandbox the session may reach (`reachable`)."""
+    reachable(record)
     activator = ui.services.activator
     return Envd(lambda: activator.open_upstream(record.id, ENVD_PORT), token=record.access_token)
+
+
+def reachable(record: SandboxRecord) -> SandboxRecord:
+    """The sandbox, unless its user keeps it paused (SandboxConflict): the page does not wake it then."""
+    if record.user_paused:
+        raise SandboxConflict(f"sandbox {record.id} is {record.state.value}: resume it to look inside")
+    return record
 
 
 @get("/api/sandboxes/{sandbox_id:str}/processes")

@@ -1,5 +1,5 @@
-// One sandbox's page: live state and figures, actions, port URLs, logs, processes, files, a terminal and the
-// coding-agent sessions (agent_sessions.js).
+// One sandbox's page: live state and figures, actions, port URLs, logs, processes, files, a terminal, the
+// coding-agent sessions (agent_sessions.js), and a desktop's or a browser's live view (live_views.js).
 import { Terminal } from "./vendor/xterm/xterm.js";
 import { FitAddon } from "./vendor/addon-fit/addon-fit.js";
 import {
@@ -7,6 +7,7 @@ import {
   stateBadge, timestamp, toast, ttlText, userPorts,
 } from "./ui.js";
 import { sessionsTab } from "./agent_sessions.js";
+import { browserTab, desktopTab } from "./live_views.js";
 
 const root = document.getElementById("sandbox");
 const id = root.dataset.id;
@@ -142,6 +143,8 @@ $("port-form").addEventListener("submit", (e) => {
 const opened = new Set();
 const openSessions = sessionsTab(api);
 const onOpen = { terminal: openTerminal, processes: loadProcesses, files: () => loadFiles("."), sessions: openSessions };
+if ($("desktop")) onOpen.desktop = desktopTab(api);
+if ($("browser-form")) onOpen.browser = browserTab(api);
 
 for (const tab of document.querySelectorAll("[role=tab]")) {
   tab.addEventListener("click", () => {
@@ -153,8 +156,8 @@ for (const tab of document.querySelectorAll("[role=tab]")) {
       onOpen[name]?.();
     } else if (name === "terminal") {
       fit?.fit();
-    } else if (name === "sessions") {
-      openSessions();
+    } else if (name === "sessions" || name === "desktop" || name === "browser") {
+      onOpen[name]();
     }
   });
 }
