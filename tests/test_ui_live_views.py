@@ -1,5 +1,6 @@
 """The sandbox page's live views in headless Chromium against a real server: a desktop sandbox's screen in the
-Desktop tab (noVNC through the UI's own WebSocket) takes the keys typed and the clicks made on it, a browser
+Desktop tab (noVNC through the UI's own WebSocket) takes the keys typed and the clicks made on it and leaves the
+desktop running when the page goes, a browser
 sandbox's Browser tab loads a page the sandbox serves and shows it, and other sandboxes have neither.
 
 The screenshots go to `$AGENT_SANDBOX_SCREENSHOTS` when it is set (`docs/screenshots` refreshes the docs' ones).
@@ -90,6 +91,14 @@ def test_the_desktop_tab_shows_the_screen_and_sends_it_keys_and_clicks(
 
     wait_for(pointer_there, what="the pointer where the page was clicked (scaled back to the screen's pixels)")
 
+    page.goto("about:blank")  # the page leaves: its VNC server goes, the desktop it started stays
+
+    def viewer_gone() -> bool | None:
+        return desktop.commands.run("pgrep -f 'x11vnc -[i]netd' || true").stdout == "" or None
+
+    wait_for(viewer_gone, what="the view's x11vnc to end with the page")
+    assert desktop.commands.run("xdpyinfo -display :0 >/dev/null && pgrep -x xfdesktop").exit_code == 0
+
 
 def test_the_browser_tab_loads_a_page_the_sandbox_serves_and_shows_it(
     page: Any, ui_server: RunningServer, key: str, shots: Path
@@ -116,8 +125,8 @@ def test_a_sandbox_without_a_desktop_or_browser_has_no_view_and_its_view_routes_
     ui_server: RunningServer, key: str
 ) -> None:
     sandbox = Sandbox.create(metadata={"suite": "ui-live-views"}, **sdk_options(ui_server, key))
+    client, csrf = sign_in(ui_server, key)
     try:
-        client, csrf = sign_in(ui_server, key)
         page = client.get(f"/ui/sandboxes/{sandbox.sandbox_id}")
         assert 'data-tab="desktop"' not in page.text
         assert 'data-tab="browser"' not in page.text
@@ -135,4 +144,5 @@ def test_a_sandbox_without_a_desktop_or_browser_has_no_view_and_its_view_routes_
         )  # fmt: skip
         assert bad.status_code == 400
     finally:
+        client.close()
         sandbox.kill()

@@ -18,6 +18,7 @@ from websockets.asyncio.client import connect as websocket_connect
 from websockets.exceptions import WebSocketException
 
 from activator._mcp._arguments import BrowserToolArgs, Evaluate, Navigate, PageScreenshot, PageText
+from activator._mcp._desktop import MAX_SCREENSHOT_BYTES
 from activator._mcp._errors import ToolError, executor_failures
 from activator._mcp._output import MAX_STREAM_BYTES
 from pool import envd
@@ -28,6 +29,9 @@ CDP_PORT = 9222
 _LOCAL = f"localhost:{CDP_PORT}"
 _TIMEOUT = 30.0
 _MAX_MESSAGE = 16 << 20  # a screenshot of a large page
+_MAX_SCREENSHOT_BASE64 = (MAX_SCREENSHOT_BYTES + 2) // 3 * 4
+_MAX_URL = 8192  # characters of a page's URL, and of its title, that are answered
+_MAX_TITLE = 1024
 _LOADED = (
     "new Promise(r => document.readyState === 'complete' ? r() : addEventListener('load', () => r(), {once: true}))"
 )
@@ -90,6 +94,8 @@ async def _run(connect: Connect, args: BrowserToolArgs) -> dict[str, Any]:
                 shot = await session.call("Page.captureScreenshot", {"format": "png"})
                 if not isinstance(shot.get("data"), str):
                     raise ToolError("the browser sent no screenshot")
+                if len(shot["data"]) > _MAX_SCREENSHOT_BASE64:
+                    raise ToolError(f"the screenshot is larger than {MAX_SCREENSHOT_BYTES} bytes")
                 return await session.where() | {"image": {"mimeType": "image/png", "data": shot["data"]}}
 
 
@@ -132,13 +138,18 @@ class _Cdp:
             message = msgspec.json.decode(await self._socket.recv())
             if isinstance(message, dict) and message.get("id") == self._id:
                 if "error" in message:
-                    raise ToolError(f"{method}: {message['error'].get('message', message['error'])}")
-                result: dict[str, Any] = message.get("result", {})
+                    error = message["error"]
+                    raise ToolError(f"{method}: {error.get('message', error) if isinstance(error, dict) else error}")
+                result = message.get("result", {})
+                if not isinstance(result, dict):
+                    raise ToolError(f"{method}: the browser answered something that is not CDP")
                 return result
 
     async def where(self) -> dict[str, Any]:
         """The page's URL and title."""
-        return {"url": await self.evaluate("location.href"), "title": await self.evaluate("document.title")}
+        url = await self.evaluate(f"String(location.href).slice(0, {_MAX_URL})")
+        title = await self.evaluate(f"String(document.title).slice(0, {_MAX_TITLE})")
+        return {"url": str(url)[:_MAX_URL], "title": str(title)[:_MAX_TITLE]}  # the page's, so bounded here too
 
     async def evaluate(self, expression: str) -> Any:
         params = {"expression": expression, "returnByValue": True, "awaitPromise": True}

@@ -22,13 +22,16 @@ __all__ = ["DESKTOP_TOOL_DESCRIPTIONS", "DESKTOP_VIEW_COMMAND", "MAX_SCREENSHOT_
 MAX_SCREENSHOT_BYTES = 8 << 20
 _DISPLAY = {"DISPLAY": ":0"}
 _TIMEOUT = 30.0
-# The SDK's own start-up (e2b_desktop Sandbox.create): the screen, then the session, waiting for each.
+# The SDK's own start-up (e2b_desktop Sandbox.create): the screen, then the session, waiting for each. One starter
+# at a time (a lock: two viewers, or a viewer and a tool call, would start two), and each in a session of its own
+# (`setsid -f`), so that killing the process that started them (a tool's deadline, a viewer leaving) leaves them.
 _START = (
-    "xdpyinfo -display :0 >/dev/null 2>&1 || {"
-    " (Xvfb :0 -ac -screen 0 1024x768x24 -retro -dpi 96 -nolisten tcp -nolisten unix >/tmp/xvfb.log 2>&1 &);"
+    "{ flock 9; xdpyinfo -display :0 >/dev/null 2>&1 || {"
+    " setsid -f Xvfb :0 -ac -screen 0 1024x768x24 -retro -dpi 96 -nolisten tcp -nolisten unix >/tmp/xvfb.log 2>&1"
+    " 9>&-;"
     " for i in $(seq 100); do xdpyinfo -display :0 >/dev/null 2>&1 && break; sleep 0.1; done;"
-    " (startxfce4 >/tmp/xfce.log 2>&1 &);"
-    " for i in $(seq 300); do pgrep -x xfdesktop >/dev/null && break; sleep 0.2; done; }"
+    " setsid -f startxfce4 >/tmp/xfce.log 2>&1 9>&-;"
+    " for i in $(seq 300); do pgrep -x xfdesktop >/dev/null && break; sleep 0.2; done; }; } 9>/tmp/.desktop-start.lock"
 )
 # The web UI's live view: the desktop started as above, then an `x11vnc -inetd` (one per viewer) whose RFB is relayed
 # to this process's stdin and stdout. x11vnc reads and writes its fd 0, which must be a socket, so a socketpair
@@ -45,9 +48,11 @@ def given():
         ours.sendall(data)
     ours.shutdown(socket.SHUT_WR)
 threading.Thread(target=given, daemon=True).start()
-while data := ours.recv(65536):
-    os.write(1, data)
-vnc.kill()
+try:
+    while data := ours.recv(65536):
+        os.write(1, data)
+finally:
+    vnc.kill()
 """
 DESKTOP_VIEW_COMMAND = f"{{ {_START}; }} >/dev/null 2>&1; exec python3 -c {shlex.quote(_RELAY)}"
 _KEYS = {"enter": "Return", "return": "Return", "ctrl": "Control_L", "control": "Control_L", "alt": "Alt_L",

@@ -167,8 +167,10 @@ class Pty:
         self._transport.close()
 
     async def _call(self, send: Callable[[], Awaitable[None]]) -> None:
-        """A unary call on the input connection, sent again once on a new connection if that one broke."""
-        for attempt in (1, 2):
+        """A unary call on the input connection, sent again once on a new connection if that one broke (not on
+        pipes: bytes that did arrive would arrive twice, and a protocol's stream would go out of step)."""
+        attempts = 1 if self._piped else 2
+        for attempt in range(1, attempts + 1):
             try:
                 async with asyncio.timeout(_CALL_DEADLINE):
                     await send()
@@ -176,7 +178,7 @@ class Pty:
             except ExecutorRefused as exc:
                 raise _refused(exc, "") from exc
             except ExecutorError as exc:  # the connection broke; the transport opens a new one for the next call
-                if attempt == 2:
+                if attempt == attempts:
                     raise EnvdError(f"the sandbox's executor did not take the input: {exc}") from exc
 
 
