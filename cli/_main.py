@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from activator import KeyLimits
+from activator import AGENT_SESSION_RETENTION, KeyLimits
 from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
 from cli._key_commands import LIMIT_FLAGS, key_limit, run_key_command
 from cli._server_client import add_server_arguments
@@ -25,6 +25,11 @@ _ENV_PREFIX = "AGENT_SANDBOX_"
 def _env_default(name: str, default: object) -> object:
     value = os.environ.get(_ENV_PREFIX + name.upper().replace("-", "_"))
     return default if value is None else value
+
+
+def _seconds_or_none(value: object) -> float | None:
+    """A seconds flag whose default is decided later (None: not given)."""
+    return None if value is None else float(str(value))
 
 
 def _warm_target(text: str) -> tuple[str, int]:
@@ -137,9 +142,10 @@ def _add_access(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
     _env_option(serve, "--revoked-key-grace", defaults.revoked_key_grace, type=float, metavar="S",
         help="seconds a revoked key's sandboxes keep running before they are killed; the key itself is refused at "
         "once (default %(default)s)")
-    _env_option(serve, "--agent-session-retention", defaults.agent_session_retention, type=float, metavar="S",
+    _env_option(serve, "--agent-session-retention", None, type=float, metavar="S",
         help="seconds the control plane keeps a killed sandbox's coding-agent sessions readable (API, MCP, web UI); "
-        "0 deletes them with the sandbox (default %(default)s: 7 days; local runtime)")
+        f"0 deletes them with the sandbox (default {AGENT_SESSION_RETENTION:.0f}: 7 days; local runtime only, "
+        "refused with --runtime kubernetes)")
     _env_option(serve, "--signin-failures", _shown(defaults.signin_failures), type=_limit, metavar="N|none",
         help="failed API-key checks (API, MCP, UI sign-in) one client address may make a minute; past them every "
         "check from it gets 429 + Retry-After (default %(default)s)")
@@ -404,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                          max_vcpus=args.key_max_vcpus),
                     sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),
                     revoked_key_grace=float(args.revoked_key_grace), signin_failures=args.signin_failures,
-                    agent_session_retention=float(args.agent_session_retention),
+                    agent_session_retention=_seconds_or_none(args.agent_session_retention),
                     key_request_rate=args.key_request_rate,
                     metrics_auth=args.metrics_auth, metrics_listen=args.metrics_listen,
                     sandbox_disk_limit=args.sandbox_disk_limit == "on",

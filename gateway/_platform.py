@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import msgspec
 
 from activator import (
+    AGENT_SESSION_RETENTION,
     Activator,
     ActivatorSettings,
     AgentArchive,
@@ -232,11 +233,19 @@ async def _open_runtime(
 def _agent_mirror(settings: ServeSettings, runtime: ServerRuntime) -> AgentMirror | None:
     """The control plane's copy of the coding-agent sessions, under the data dir (local runtime: a kubernetes
     replica's data dir is not durable, and replicas would each keep half of it)."""
-    if settings.agent_session_retention < 0:
+    retention = settings.agent_session_retention
+    if retention is not None and retention < 0:
         raise SystemExit("agent-sandbox: --agent-session-retention: seconds, 0 or more")
     if not isinstance(runtime, LocalRuntime):
+        if retention is not None:
+            raise SystemExit(
+                "agent-sandbox: --agent-session-retention: the kubernetes runtime keeps no copy of the coding-agent "
+                "sessions (read them from each sandbox's port 2468 while it lives)"
+            )
         return None
-    archive = AgentArchive(settings.data_dir / "agent-sessions", retention=settings.agent_session_retention)
+    archive = AgentArchive(
+        settings.data_dir / "agent-sessions", retention=AGENT_SESSION_RETENTION if retention is None else retention
+    )
     return AgentMirror(archive, runtime.open_socket)
 
 

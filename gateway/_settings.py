@@ -8,7 +8,7 @@ from typing import Literal
 
 import msgspec
 
-from activator import AGENT_SESSION_RETENTION, DEFAULT_KEY_LIMITS, KeyLimits
+from activator import DEFAULT_KEY_LIMITS, KeyLimits
 from pool import HostCeiling
 
 __all__ = ["DEFAULT_TEMPLATES", "ConnectionLimits", "ServeSettings"]
@@ -72,8 +72,9 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     # live on; failed key checks a client address may make a minute (0: no limit); whether /metrics wants a key,
     # and the (host, port) of a listener of its own (None: the main one's /metrics)
     revoked_key_grace: float = 3600.0
-    # local: seconds a killed sandbox's coding-agent sessions stay readable in the control plane (0: gone with it)
-    agent_session_retention: float = AGENT_SESSION_RETENTION
+    # local: seconds a killed sandbox's coding-agent sessions stay readable in the control plane (0: gone with it;
+    # None: not given, AGENT_SESSION_RETENTION; given on the kubernetes runtime, which keeps no copy, it is refused)
+    agent_session_retention: float | None = None
     signin_failures: int = 60
     key_request_rate: int = 100  # requests a second one API key may make (bursts of twice that); 0: unpaced
     metrics_auth: Literal["key", "none"] = "key"

@@ -96,5 +96,6 @@ async def test_the_browser_tools_load_and_read_a_page_the_sandbox_serves(server:
         assert ok(await execute(server, sandbox_id, "evaluate", {"expression": "1 + 2"}))["value"] == 3
         shot = await execute(server, sandbox_id, "page_screenshot", {})
         assert [block.mime_type for block in shot.content if isinstance(block, ImageContent)] == ["image/png"]
+        assert (ok(shot)["url"], ok(shot)["title"]) == ("http://localhost:8000/", "From MCP")
     finally:
         await call(server, "deleteSandbox", {"sandboxId": sandbox_id})

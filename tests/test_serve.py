@@ -8,11 +8,13 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from gateway._platform import _make_private_dir
+from gateway import ServeSettings
+from gateway._platform import _agent_mirror, _make_private_dir
 from tests.server_fixtures import REPO, running_server
 
 
@@ -94,3 +96,15 @@ def test_a_data_dir_the_server_cannot_make_private_is_refused_with_what_to_do(
     monkeypatch.setattr("gateway._platform.os.getuid", lambda: 0)  # its own dir: ownership is not the reason
     with pytest.raises(PermissionError):
         _make_private_dir(tmp_path / "data")
+
+
+@pytest.mark.parametrize("retention", [0.0, 604_800.0])
+def test_agent_session_retention_is_refused_where_no_copy_is_kept(retention: float, tmp_path: Path) -> None:
+    """Not the local runtime: the kubernetes one keeps no copy, so a retention given for it is an error, not ignored
+    (even one equal to the default); left out, the server simply keeps no copy."""
+    kubernetes: Any = object()  # any runtime but LocalRuntime
+    with pytest.raises(SystemExit, match=r"--agent-session-retention: the kubernetes runtime keeps no copy"):
+        _agent_mirror(ServeSettings(data_dir=tmp_path, agent_session_retention=retention), kubernetes)
+    assert _agent_mirror(ServeSettings(data_dir=tmp_path), kubernetes) is None
+    with pytest.raises(SystemExit, match=r"seconds, 0 or more"):
+        _agent_mirror(ServeSettings(data_dir=tmp_path, agent_session_retention=-1.0), kubernetes)

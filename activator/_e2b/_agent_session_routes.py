@@ -31,6 +31,7 @@ __all__ = ["AGENT_SESSION_ROUTES", "MAX_KEPT_EVENTS_PAGE"]
 
 MAX_KEPT_EVENTS_PAGE = 10_000  # as the sandbox's own events route
 MAX_LISTED = 1_000  # sessions one listing returns
+_MAX_TOKEN = 256  # characters of a nextToken: a creation time, a sandbox id (64) and a session id (128), with "~"s
 _SessionIdPath = Annotated[str, PathParameter(pattern=SESSION_ID_PATTERN)]
 
 
@@ -46,7 +47,7 @@ async def list_kept_sessions(
     activator: ActivatorDep,
     owner: OwnerDep,
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_LISTED)] = 100,
-    next_token: Annotated[str | None, QueryParameter(name="nextToken", max_length=200)] = None,
+    next_token: Annotated[str | None, QueryParameter(name="nextToken", max_length=_MAX_TOKEN)] = None,
 ) -> Response[list[_wire.KeptAgentSession]]:
     """The key's coding-agent sessions kept, live or killed, newest first; `X-Next-Token` when more follow (a place
     in the listing: a copy deleted while paging loses nothing else)."""

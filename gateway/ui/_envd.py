@@ -3,8 +3,9 @@ processes spoken to over their stdio (the desktop view's VNC server).
 
 Every call goes through `pool.EnvdClient` as the sandbox's default user (no user named) with the sandbox's access
 token. Each call opens its own connection through `open_socket` (the activator's `open_upstream`, which wakes a
-sandbox the idle policy paused), except a PTY's input and resizes, which share one kept-alive connection in call
-order. What stays here: the deadlines of the page's calls, and the errors the UI answers with.
+sandbox the idle policy paused), except an attached process's input (and a PTY's resizes), which share one
+kept-alive connection in call order. What stays here: the deadlines of the page's calls, and the errors the UI
+answers with.
 
 EnvdError                the executor refused or failed the call; `status` is the HTTP status the UI answers with
 └── PathMissing     404  no such file or directory
@@ -35,7 +36,7 @@ from executor.envd import (
 from executor.envd import Pty as PtyRequest
 from pool import EnvdClient, ExecutorError, ExecutorRefused, KeptAliveTransport, Reply, SocketOpener, SocketTransport
 
-__all__ = ["Entry", "Envd", "EnvdError", "PathMissing", "ProcessInfo", "Pty"]
+__all__ = ["AttachedProcess", "Entry", "Envd", "EnvdError", "PathMissing", "ProcessInfo"]
 
 _CALL_DEADLINE = 30.0  # seconds a unary call may take once connected, and a PTY or a download to start
 
@@ -85,7 +86,7 @@ class Envd:
                 yield response
 
     @asynccontextmanager
-    async def pty(self, cols: int, rows: int) -> AsyncIterator[Pty]:
+    async def pty(self, cols: int, rows: int) -> AsyncIterator[AttachedProcess]:
         """An interactive login shell on a PTY, killed when the block ends."""
         start = StartRequest(
             process=ProcessConfig(cmd="/bin/bash", args=["-i", "-l"], envs={"TERM": "xterm-256color"}),
@@ -95,7 +96,7 @@ class Envd:
             yield pty
 
     @asynccontextmanager
-    async def piped(self, command: str, envs: dict[str, str]) -> AsyncIterator[Pty]:
+    async def piped(self, command: str, envs: dict[str, str]) -> AsyncIterator[AttachedProcess]:
         """`command` (bash) with its stdin and stdout as pipes, byte for byte (stderr is not read): a program that
         speaks a protocol over stdio. Killed when the block ends."""
         start = StartRequest(process=ProcessConfig(cmd="/bin/bash", args=["-c", command], envs=envs), stdin=True)
@@ -103,20 +104,21 @@ class Envd:
             yield piped
 
     @asynccontextmanager
-    async def _started(self, start: StartRequest) -> AsyncIterator[Pty]:
+    async def _started(self, start: StartRequest) -> AsyncIterator[AttachedProcess]:
         with _translated(""):
             async with contextlib.AsyncExitStack() as stack:
                 async with asyncio.timeout(_CALL_DEADLINE):
                     events = await stack.enter_async_context(self._streams.start(start))
                     pid = await _first_pid(events)
-                process = Pty(pid, events, KeptAliveTransport(self._open_socket), self._token, piped=start.pty is None)
+                piped = start.pty is None
+                process = AttachedProcess(pid, events, KeptAliveTransport(self._open_socket), self._token, piped=piped)
                 try:
                     yield process
                 finally:
                     await process.close()
 
 
-class Pty:
+class AttachedProcess:
     """A running process on a PTY (a shell) or on pipes (`piped`): its output, and input and resizes on a second,
     kept-alive connection."""
 

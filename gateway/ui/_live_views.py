@@ -5,8 +5,8 @@ The desktop: noVNC's client (vendored in `static/vendor/novnc`, never served fro
 with the UI's session) on a WebSocket bridged to an `x11vnc -inetd` in the sandbox, through envd's pipes
 (`activator.DESKTOP_VIEW_COMMAND`, which starts the desktop first when nothing did). One VNC server per viewer,
 killed when the page leaves; no port is opened in the sandbox, so nothing is reachable past the UI's session.
-The handshake and its checks are `gateway.ui._process_socket`'s; a failure closes the socket with code 4000 and the
-reason (noVNC owns the frames).
+The handshake, its checks and the reasons are `gateway.ui._process_socket`'s; a failure closes the socket with code
+4000 and the reason (noVNC owns the frames).
 
 The browser: `GET .../browser` answers `{url, title, image: {mimeType, data}}` (a PNG of the current page's
 viewport, base64, through the DevTools port as MCP's page_screenshot), and `POST .../browser/navigate {url}` loads
@@ -20,12 +20,10 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import WebSocket, get, post, websocket
-from litestar.exceptions import WebSocketDisconnect
 from litestar.params import JSONBody
 
 from activator import (
     DESKTOP_VIEW_COMMAND,
-    ActivatorError,
     SandboxConflict,
     SandboxRecord,
     current_page,
@@ -33,8 +31,7 @@ from activator import (
 )
 from gateway.ui._auth import SessionDep
 from gateway.ui._context import SandboxIdPath, UiContext, UiDep
-from gateway.ui._envd import EnvdError
-from gateway.ui._process_socket import SignedOut, accept, bridge, finish
+from gateway.ui._process_socket import serve_attached
 from gateway.ui._sandbox_io import envd_for, reachable
 
 __all__ = ["LIVE_VIEW_ROUTES", "desktop_view", "live_view"]
@@ -53,20 +50,12 @@ def live_view(ui: UiContext, record: SandboxRecord) -> str | None:
 
 @websocket("/api/sandboxes/{sandbox_id:str}/desktop")
 async def desktop_view(socket: WebSocket[Any, Any, Any], ui: UiDep, sandbox_id: SandboxIdPath) -> None:
-    session = await accept(socket, ui)
-    if session is None:
-        return
-    try:
-        record = _viewed(ui, ui.services.activator.get(session.owner, sandbox_id), "desktop")
-        async with envd_for(ui, record).piped(DESKTOP_VIEW_COMMAND, {"DISPLAY": ":0"}) as vnc:
-            await bridge(socket, vnc, ui)
-        await finish(socket, {"exit": f"the desktop's VNC server ended ({vnc.status})"}, framed=False)
-    except SignedOut:
-        await finish(socket, {"error": "signed out: sign in again to see the desktop"}, framed=False)
-    except (ActivatorError, EnvdError) as exc:
-        await finish(socket, {"error": exc.message}, framed=False)
-    except WebSocketDisconnect:
-        pass
+    await serve_attached(
+        socket, ui, sandbox_id,
+        lambda record: envd_for(ui, _viewed(ui, record, "desktop")).piped(DESKTOP_VIEW_COMMAND, {"DISPLAY": ":0"}),
+        ended=lambda vnc: f"the desktop's VNC server ended ({vnc.status})",
+        signed_out="signed out: sign in again to see the desktop", framed=False,
+    )  # fmt: skip
 
 
 @get("/api/sandboxes/{sandbox_id:str}/browser")

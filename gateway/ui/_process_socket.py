@@ -14,33 +14,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import msgspec
 from litestar import WebSocket
 from litestar.exceptions import WebSocketDisconnect
 
-from activator import ActivatorError
+from activator import ActivatorError, SandboxRecord
 from gateway.ui._auth import COOKIE, CSRF_HEADER, connection_session, live_session
 from gateway.ui._context import UiContext
-from gateway.ui._envd import EnvdError, Pty
+from gateway.ui._envd import AttachedProcess, EnvdError
 from gateway.ui._security import csrf_matches, same_origin
 from gateway.ui._sessions import Session
 from pool import ExecutorError
 
-__all__ = ["SignedOut", "accept", "bridge", "finish"]
+__all__ = ["Attach", "SignedOut", "finish", "serve_attached"]
 
 _SESSION_CHECK = 1.0  # seconds between two checks that the socket's session is still live
 _MAX_REASON = 123  # bytes a close frame's reason may have (RFC 6455)
 _encode = msgspec.json.Encoder().encode
-OnText = Callable[[str], Awaitable[None]]
+OnText = Callable[[AttachedProcess, str], Awaitable[None]]  # a text frame from the page, for the process
+Attach = Callable[[SandboxRecord], AbstractAsyncContextManager[AttachedProcess]]
 
 
 class SignedOut(Exception):
     """The socket's session ended (signed out, expired, or its key revoked)."""
 
 
-async def accept(socket: WebSocket[Any, Any, Any], ui: UiContext) -> Session | None:
+async def serve_attached(
+    socket: WebSocket[Any, Any, Any],
+    ui: UiContext,
+    sandbox_id: str,
+    attach: Attach,
+    *,
+    ended: Callable[[AttachedProcess], str],
+    signed_out: str,
+    framed: bool = True,
+    on_text: OnText | None = None,
+) -> None:
+    """The whole life of one such WebSocket: the handshake, then the process `attach` starts for the session's
+    sandbox, bridged until one side ends; then why it ended (`ended(process)`, `signed_out`, or the error's
+    message), sent as `finish` sends it. A sandbox that is gone, kept paused by its user or refused by `attach`
+    is accepted and closed at once with the reason, so the page can say why."""
+    session = await _accept(socket, ui)
+    if session is None:
+        return
+    try:
+        record = ui.services.activator.get(session.owner, sandbox_id)
+        async with attach(record) as process:
+            await _bridge(socket, process, ui, on_text)
+        await finish(socket, {"exit": ended(process)}, framed=framed)
+    except SignedOut:
+        await finish(socket, {"error": signed_out}, framed=framed)
+    except (ActivatorError, EnvdError) as exc:
+        await finish(socket, {"error": exc.message}, framed=framed)
+    except WebSocketDisconnect:
+        pass
+
+
+async def _accept(socket: WebSocket[Any, Any, Any], ui: UiContext) -> Session | None:
     """The handshake's session, the socket accepted; None when it is refused (closed before accepting: a 403)."""
     session = await connection_session(socket, ui)
     token = socket.query_params.get("csrf") or socket.headers.get(CSRF_HEADER)
@@ -51,7 +84,9 @@ async def accept(socket: WebSocket[Any, Any, Any], ui: UiContext) -> Session | N
     return session
 
 
-async def bridge(socket: WebSocket[Any, Any, Any], process: Pty, ui: UiContext, on_text: OnText | None = None) -> None:
+async def _bridge(
+    socket: WebSocket[Any, Any, Any], process: AttachedProcess, ui: UiContext, on_text: OnText | None
+) -> None:
     """Copy bytes both ways (text frames go to `on_text`, or are dropped) until the process exits, the page goes
     away or the session ends (`SignedOut`)."""
     output = asyncio.create_task(_to_page(socket, process))
@@ -84,12 +119,12 @@ async def _session_ends(ui: UiContext, token: str | None) -> None:
             raise SignedOut
 
 
-async def _to_page(socket: WebSocket[Any, Any, Any], process: Pty) -> None:
+async def _to_page(socket: WebSocket[Any, Any, Any], process: AttachedProcess) -> None:
     async for chunk in process.output():
         await socket.send_bytes(chunk)
 
 
-async def _to_process(socket: WebSocket[Any, Any, Any], process: Pty, on_text: OnText | None) -> None:
+async def _to_process(socket: WebSocket[Any, Any, Any], process: AttachedProcess, on_text: OnText | None) -> None:
     while True:
         message: Mapping[str, Any] = await socket.receive()  # a union of TypedDicts, read as a mapping
         if message["type"] == "websocket.disconnect":
@@ -97,4 +132,4 @@ async def _to_process(socket: WebSocket[Any, Any, Any], process: Pty, on_text: O
         if message.get("bytes"):
             await process.write(message["bytes"])
         elif message.get("text") and on_text is not None:
-            await on_text(message["text"])
+            await on_text(process, message["text"])

@@ -4,8 +4,7 @@ Frames, page → server: binary = keystrokes (bytes for the PTY); text = `{"cols
 Frames, server → page: binary = the PTY's output; text = `{"exit": "<status>"}` or `{"error": "<message>"}`,
 then the server closes.
 
-The handshake, the session checks and the shell's end are `gateway.ui._process_socket`'s. A sandbox that is gone
-or kept paused by its user is accepted and closed at once with the reason, so the page can say why.
+The handshake, the session checks, the shell's end and the reasons sent are `gateway.ui._process_socket`'s.
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ from typing import Any
 
 import msgspec
 from litestar import WebSocket, websocket
-from litestar.exceptions import WebSocketDisconnect
 
-from activator import ActivatorError
 from gateway.ui._context import SandboxIdPath, UiDep
-from gateway.ui._envd import EnvdError, Pty
-from gateway.ui._process_socket import SignedOut, accept, bridge, finish
+from gateway.ui._envd import AttachedProcess
+from gateway.ui._process_socket import serve_attached
 from gateway.ui._sandbox_io import envd_for
 
 __all__ = ["terminal"]
@@ -37,23 +34,15 @@ _decode_resize = msgspec.json.Decoder(_Resize).decode
 
 @websocket("/api/sandboxes/{sandbox_id:str}/terminal")
 async def terminal(socket: WebSocket[Any, Any, Any], ui: UiDep, sandbox_id: SandboxIdPath) -> None:
-    session = await accept(socket, ui)
-    if session is None:
-        return
-    try:
-        envd = envd_for(ui, ui.services.activator.get(session.owner, sandbox_id))
-        async with envd.pty(_size(socket, "cols", 80), _size(socket, "rows", 24)) as pty:
-            await bridge(socket, pty, ui, on_text=lambda text: _resize(pty, text))
-        await finish(socket, {"exit": pty.status or "the shell ended"})
-    except SignedOut:
-        await finish(socket, {"error": "signed out: sign in again to open a terminal"})
-    except (ActivatorError, EnvdError) as exc:
-        await finish(socket, {"error": exc.message})
-    except WebSocketDisconnect:
-        pass
+    cols, rows = _size(socket, "cols", 80), _size(socket, "rows", 24)
+    await serve_attached(
+        socket, ui, sandbox_id, lambda record: envd_for(ui, record).pty(cols, rows),
+        ended=lambda pty: pty.status or "the shell ended", signed_out="signed out: sign in again to open a terminal",
+        on_text=_resize,
+    )  # fmt: skip
 
 
-async def _resize(pty: Pty, text: str) -> None:
+async def _resize(pty: AttachedProcess, text: str) -> None:
     try:
         size = _decode_resize(text)
     except msgspec.DecodeError:
