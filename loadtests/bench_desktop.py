@@ -5,7 +5,7 @@ Prints, per template where it applies:
 - create → 201 cold (a server without warm pools) and from a warm pool (a second server with `--warm T=1`);
   for `desktop` also the E2B Desktop SDK's create (it starts Xvfb and XFCE itself) and its first screenshot;
 - Playwright `connect_over_cdp` to a `browser` sandbox through the gateway, and a first page;
-- pause → resume of a paused sandbox (desktop and browser are frozen, base is snapshotted with CRIU);
+- pause → resume of a paused sandbox (an E2B pause snapshots every one of them to zero with CRIU);
 - memory (the sandbox's cgroup, from the metrics API) idle, and what a pause keeps of it.
 
 Run as root:

@@ -63,6 +63,33 @@ def test_playwright_drives_the_sandboxs_chromium_over_cdp(e2b_env: RunningServer
             browser.close()
 
 
+def test_a_paused_browser_comes_back_with_its_tab(e2b_env: RunningServer, browser_sandbox: Sandbox) -> None:
+    """A pause snapshots the browser to zero with CRIU; after connect the same Chromium has the same tab."""
+    sync_api: Any = pytest.importorskip("playwright.sync_api")
+    browser_sandbox.files.write("/home/user/site/index.html", "<title>kept across a pause</title>")
+    browser_sandbox.commands.run("cd /home/user/site && python3 -m http.server 8000", background=True)
+    wait_for_port(browser_sandbox, 8000)
+    headers = {"e2b-traffic-access-token": browser_sandbox.traffic_access_token or ""}
+    pids = browser_sandbox.commands.run("pgrep -o -x chromium").stdout
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(_cdp_url(e2b_env, browser_sandbox), headers=headers)
+        browser.contexts[0].pages[0].goto("http://localhost:8000/")
+        browser.close()
+    assert browser_sandbox.pause()
+    assert (e2b_env.data_dir / "sandboxes" / browser_sandbox.sandbox_id / "checkpoint" / "inventory.img").is_file()
+    resumed = Sandbox.connect(browser_sandbox.sandbox_id)
+    assert resumed.commands.run("pgrep -o -x chromium").stdout == pids  # restored, not started again
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(_cdp_url(e2b_env, browser_sandbox), headers=headers)
+        try:
+            pages = browser.contexts[0].pages
+            assert [(page.url, page.title()) for page in pages] == [("http://localhost:8000/", "kept across a pause")]
+            pages[0].reload()  # the sandbox's own server came back too
+            assert pages[0].title() == "kept across a pause"
+        finally:
+            browser.close()
+
+
 @pytest.fixture(scope="module")
 def domain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """A server whose sandbox domain is not `*.localhost`: Chromium refuses such a Host by itself."""

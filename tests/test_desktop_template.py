@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from e2b import CommandExitException
 from e2b_desktop import Sandbox as Desktop
-from PIL import Image
+from PIL import Image, ImageChops
 
 from tests.polling import wait_for
 from tests.server_fixtures import RunningServer
@@ -75,13 +75,24 @@ def test_the_stream_is_served_through_the_gateway_and_a_browser_connects(
 
 
 def test_a_paused_desktop_comes_back_as_it_was(server: RunningServer, desktop: Desktop) -> None:
+    """A pause is a CRIU snapshot (nothing of the sandbox runs), and the restore brings back the same X server,
+    window manager and terminal, whose window still takes keystrokes."""
     probe = "pgrep -x Xvfb; pgrep -x xfwm4; pgrep -x xfce4-terminal"
     pids = desktop.commands.run(probe).stdout
     windows = _windows(desktop, "xfce4-terminal")
     assert windows  # the terminal the test before opened
+    before = _screen(desktop).convert("RGB")
     assert desktop.pause()
     assert Desktop.get_info(desktop.sandbox_id, **_options(server)).state.value == "paused"
+    assert (server.data_dir / "sandboxes" / desktop.sandbox_id / "checkpoint" / "inventory.img").is_file()
     resumed = Desktop.connect(desktop.sandbox_id, **_options(server))
-    assert resumed.commands.run(probe).stdout == pids  # the same processes: frozen, not restarted
+    assert resumed.commands.run(probe).stdout == pids  # the same processes: restored, not restarted
     assert _windows(resumed, "xfce4-terminal") == windows
-    assert _screen(resumed).size == desktop.get_screen_size()
+    after = _screen(resumed).convert("RGB")
+    changed = sum(ImageChops.difference(before, after).convert("L").histogram()[1:])  # pixels that differ
+    assert changed < before.width * before.height // 50  # the same screen (a clock may have ticked)
+    resumed.press("escape")  # the test before clicked the Applications menu open: it has the keyboard
+    resumed.commands.run(f"xdotool windowactivate --sync {windows[0]}")
+    resumed.write("echo after-restore > /tmp/after-restore")
+    resumed.press("enter")
+    wait_for(lambda: resumed.files.exists("/tmp/after-restore"), what="the restored terminal to run a command")

@@ -20,6 +20,8 @@ Why the command lines look the way they do (`criu-debian.md`, `local-runtime-lab
 * `--irmap-scan-path`: see _IRMAP.
 * `--file-locks` (dump and restore): flock/POSIX locks held inside are dumped and taken again (Chromium's
   profile lock, dbus); without it a dump of any sandbox holding one fails.
+* CRIU itself carries a patch (scripts/criu-patches/): a bound unix socket restored in a task that shares
+  its filesystem context with one of CRIU's helpers (a desktop's dbus-daemon) failed on a needless setns.
 * `--cgroup-root C:/path` for each of the sandbox's controllers: the restored tree goes into the cgroups
   the caller created (with the limits it wants), whatever the parent cgroup is called now.
 * The user namespace (0 → host base, 65536 ids), seccomp filter, capabilities, no_new_privs and the
@@ -145,6 +147,8 @@ def restore(
         os.close(userns_fd)
     if failed:
         _empty(freezer)
+        with contextlib.suppress(OSError):
+            shutil.copy(images / "restore.log", sandbox_dir / "restore-failed.log")
         detail = (images / "restore.out").read_text(errors="replace")[-500:] + "\n" + log_tail(images / "restore.log")
         raise RuntimeFailure(f"restore of {sandbox_dir.name} failed ({failed}): {detail}")
     try:  # a status stolen by another reaper reads as success: the pid file is the real proof
