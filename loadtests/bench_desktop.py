@@ -6,6 +6,7 @@ Prints, per template where it applies:
   for `desktop` also the E2B Desktop SDK's create (it starts Xvfb and XFCE itself) and its first screenshot;
 - Playwright `connect_over_cdp` to a `browser` sandbox through the gateway, and a first page;
 - pause → resume of a paused sandbox (an E2B pause snapshots every one of them to zero with CRIU);
+- the first command to a sandbox the idle policy froze (a third server with `--pause-after 1`);
 - memory (the sandbox's cgroup, from the metrics API) idle, and what a pause keeps of it.
 
 Run as root:
@@ -99,6 +100,23 @@ def _pause_rounds(server: RunningServer, template: str, runs: int) -> tuple[list
     return pauses, resumes, idle, kept
 
 
+def _frozen_rounds(server: RunningServer, template: str, runs: int) -> list[float]:
+    """The first command to a sandbox the idle policy froze: the wake (thaw) and the command, through the gateway."""
+    firsts = []
+    for _ in range(runs):
+        sbx = (Desktop if template == "desktop" else Sandbox).create(template, **_options(server))
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{server.url}/health").json()["sandboxes"].get("paused", 0) < 1:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"a {template} sandbox was not frozen by the idle policy within 60 s")
+            time.sleep(0.2)
+        began = time.perf_counter()
+        sbx.commands.run("true")
+        firsts.append(_ms(began))
+        sbx.kill()
+    return firsts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -119,6 +137,11 @@ def main() -> None:
                 lines.append(row(f"{template}: pause", pauses))
                 lines.append(row(f"{template}: resume + first command", resumes))
                 lines.append(f"{template + ': memory idle; while paused':<44} {idle:7.1f} MiB; {kept}")
+        with running_server(Path(tmp) / "idle", "--pause-after", "1", "--snapshot-after", "0") as idling:
+            for template in _TEMPLATES:
+                lines.append(
+                    row(f"{template}: frozen by idleness -> first command", _frozen_rounds(idling, template, args.runs))
+                )
         warm_flags = [arg for template in _TEMPLATES for arg in ("--warm", f"{template}=1")]
         with running_server(Path(tmp) / "warm", *warm_flags) as warm:
             for template in _TEMPLATES:
