@@ -1,5 +1,6 @@
 """The `desktop` template with the unmodified E2B Desktop SDK (`e2b-desktop`): a real screen, keystrokes that
-arrive, and the noVNC stream served through the gateway to a real browser."""
+arrive, the noVNC stream served through the gateway to a real browser, and a desktop that a pause or a fork
+brings back as it was."""
 
 from __future__ import annotations
 
@@ -96,3 +97,17 @@ def test_a_paused_desktop_comes_back_as_it_was(server: RunningServer, desktop: D
     resumed.write("echo after-restore > /tmp/after-restore")
     resumed.press("enter")
     wait_for(lambda: resumed.files.exists("/tmp/after-restore"), what="the restored terminal to run a command")
+
+
+def test_a_fork_of_a_desktop_has_its_screen_and_windows(desktop: Desktop) -> None:
+    """A fork is a CRIU restore of the desktop into a new sandbox: its X server and terminal, not a fresh one."""
+    probe = "pgrep -x Xvfb; pgrep -x xfce4-terminal"
+    pids = desktop.commands.run(probe).stdout
+    (fork,) = desktop.fork(count=1)
+    assert isinstance(fork, Desktop), fork
+    try:
+        assert fork.commands.run(probe).stdout == pids
+        assert _windows(fork, "xfce4-terminal") == _windows(desktop, "xfce4-terminal")
+        assert fork.get_screen_size() == desktop.get_screen_size()
+    finally:
+        fork.kill()
