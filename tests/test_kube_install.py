@@ -237,7 +237,9 @@ def test_config_keys_and_deployment_args_are_flags_of_serve() -> None:
 
 
 def test_templates_configmap_matches_the_repository_templates(tmp_path: Path) -> None:
-    """The ConfigMap's templates are the repository's plus `image`, which names a sandbox image; and they load."""
+    """The ConfigMap's templates are the repository's plus `image`, which names a sandbox image, and `freeze_only`
+    for the desktop and the browser, which the kubernetes runtime could only snapshot without their processes;
+    and they load."""
     data: dict[str, str] = _object("ConfigMap", "agent-sandbox-templates")["data"]
     assert sorted(data) == sorted(p.name for p in (REPO / "templates").glob("*.toml"))
     for name, text in data.items():
@@ -246,10 +248,11 @@ def test_templates_configmap_matches_the_repository_templates(tmp_path: Path) ->
         stem = name.removesuffix(".toml").removeprefix("sandbox-")
         assert image.startswith(f"agent-sandbox/sandbox-{stem}:")
         assert is_sandbox_image(image)
+        assert template.pop("freeze_only", False) == (stem in ("desktop", "browser")), name
         assert template == tomllib.loads((REPO / "templates" / name).read_text()), name
     loaded = load_templates(_write_templates(tmp_path))
     shipped = load_templates(REPO / "templates")
-    assert {name: msgspec.structs.replace(t, image="") for name, t in loaded.items()} == shipped
+    assert {name: msgspec.structs.replace(t, image="", freeze_only=False) for name, t in loaded.items()} == shipped
     assert all(is_sandbox_image(t.image) for t in loaded.values())
 
 
