@@ -29,6 +29,13 @@ def _cdp_url(server: RunningServer, sandbox: Sandbox) -> str:
     return f"http://9222-{sandbox.sandbox_id}.sandbox.localhost:{server.port}"
 
 
+def _serve_page(sandbox: Sandbox, html: str) -> None:
+    """Serve `html` at http://localhost:8000/ inside the sandbox, from a server of its own."""
+    sandbox.files.write("/home/user/site/index.html", html)
+    sandbox.commands.run("cd /home/user/site && python3 -m http.server 8000", background=True)
+    wait_for_port(sandbox, 8000)
+
+
 def test_the_cdp_port_needs_the_traffic_token_though_the_sandbox_is_public(
     e2b_env: RunningServer, browser_sandbox: Sandbox
 ) -> None:
@@ -48,9 +55,7 @@ def test_the_cdp_port_needs_the_traffic_token_though_the_sandbox_is_public(
 
 def test_playwright_drives_the_sandboxs_chromium_over_cdp(e2b_env: RunningServer, browser_sandbox: Sandbox) -> None:
     sync_api: Any = pytest.importorskip("playwright.sync_api")
-    browser_sandbox.files.write("/home/user/site/index.html", "<title>served in the sandbox</title><p>hi</p>")
-    browser_sandbox.commands.run("cd /home/user/site && python3 -m http.server 8000", background=True)
-    wait_for_port(browser_sandbox, 8000)
+    _serve_page(browser_sandbox, "<title>served in the sandbox</title><p>hi</p>")
     headers = {"e2b-traffic-access-token": browser_sandbox.traffic_access_token or ""}
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.connect_over_cdp(_cdp_url(e2b_env, browser_sandbox), headers=headers)
@@ -66,9 +71,7 @@ def test_playwright_drives_the_sandboxs_chromium_over_cdp(e2b_env: RunningServer
 def test_a_paused_browser_comes_back_with_its_tab(e2b_env: RunningServer, browser_sandbox: Sandbox) -> None:
     """A pause snapshots the browser to zero with CRIU; after connect the same Chromium has the same tab."""
     sync_api: Any = pytest.importorskip("playwright.sync_api")
-    browser_sandbox.files.write("/home/user/site/index.html", "<title>kept across a pause</title>")
-    browser_sandbox.commands.run("cd /home/user/site && python3 -m http.server 8000", background=True)
-    wait_for_port(browser_sandbox, 8000)
+    _serve_page(browser_sandbox, "<title>kept across a pause</title>")
     headers = {"e2b-traffic-access-token": browser_sandbox.traffic_access_token or ""}
     pids = browser_sandbox.commands.run("pgrep -o -x chromium").stdout
     with sync_api.sync_playwright() as playwright:
