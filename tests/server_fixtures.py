@@ -111,10 +111,19 @@ def running_server(
         key_file = data_dir / "api-key"
         api_key = environ.get("AGENT_SANDBOX_API_KEY") or key_file.read_text().strip()
         yield RunningServer(process, port, data_dir, api_key, url)
+    except BaseException:
+        _print_server_log(log_path)  # pytest shows it with the failure: the server's side of what went wrong
+        raise
     finally:
         stop_process(process)
         log.close()
         _kill_leftover_sandboxes(data_dir)
+
+
+def _print_server_log(log_path: Path, lines: int = 60) -> None:
+    """The server log's last `lines`, without its access log (`INFO:     127.0.0.1:... "GET ..."`)."""
+    kept = [line for line in log_path.read_text(errors="replace").splitlines() if not line.startswith("INFO:  ")]
+    print(f"--- the end of {log_path} ---", *kept[-lines:], sep="\n")
 
 
 def _kill_leftover_sandboxes(data_dir: Path) -> None:

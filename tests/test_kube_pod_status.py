@@ -52,3 +52,12 @@ def test_a_pod_whose_sidecar_still_runs_has_not_ended() -> None:
 def test_a_pod_being_deleted_is_never_answered_at_even_while_ready() -> None:
     assert _pod(deleting=False, states=[RUNNING], ready=True).ready_ip == "10.244.0.7"
     assert _pod(deleting=True, states=[RUNNING], ready=True).ready_ip is None
+
+
+def test_a_pod_left_after_a_timeout_is_named_with_each_container_state() -> None:
+    pod = _pod(deleting=True, states=[RUNNING, {"waiting": {"reason": "ContainerCreating"}}, TERMINATED])
+    assert str(pod) == (
+        "pod sandbox-x-1 (deleted at 2026-12-03T08:48:29Z; "
+        "executor running, executor waiting (ContainerCreating), executor terminated (Completed))"
+    )
+    assert str(_pod(deleting=False, states=[])) == "pod sandbox-x-1 (not deleted; none reported yet)"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import msgspec
 import pytest
 
 from gateway._settings import DEFAULT_TEMPLATES
+from kube_dev._daemons import running_pid
 from pool import ExecutorInit, ForkImage, PortClosed, RuntimeFailure, SandboxGone, SandboxSpec, Template, load_templates
 from pool._kube import KubeApi, KubernetesRuntime, KubeSettings, load_kubeconfig
 from tests import kube_fixtures
@@ -148,6 +151,30 @@ async def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube,
     await _run(kube, kube_namespace, scenario)
     assert kube.kubectl("get", "replicasets,pods", "-n", kube_namespace, "-o", "name") == ""
     wait_for(lambda: not _executor_running_at(ips[0]), what="the executor process to end")
+
+
+async def test_a_stop_does_not_fail_when_the_kubelet_ends_the_deleted_pod_late(
+    kube: Kube, kube_namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = KubeSettings(namespace=kube_namespace, sandbox_user="root", stop_timeout=1.0)
+    runtime = KubernetesRuntime(KubeApi(load_kubeconfig(kube.kubeconfig)), settings)
+    kubelet = running_pid(kube.layout.run, "kubelet")
+    assert kubelet is not None
+    try:
+        await runtime.start(spec("slow-goner"))
+        ip = pod_ip(kube, kube_namespace, "slow-goner")
+        os.kill(kubelet, signal.SIGSTOP)  # a kubelet that does not get round to the deleted pod for a while
+        try:
+            await runtime.stop("slow-goner")
+        finally:
+            os.kill(kubelet, signal.SIGCONT)
+    finally:
+        await runtime.aclose()
+    assert "slow-goner: stopped, but the kubelet has not ended its pods yet" in caplog.text
+    assert "pod sandbox-slow-goner-" in caplog.text  # which pod
+    assert "deleted at" in caplog.text  # in which state
+    wait_for(lambda: not _executor_running_at(ip), what="the executor process to end")
+    wait_for(lambda: kube.kubectl("get", "pods", "-n", kube_namespace, "-o", "name") == "", what="the pod to go")
 
 
 async def test_a_new_runtime_recovers_running_sandboxes(kube: Kube, kube_namespace: str) -> None:

@@ -211,10 +211,20 @@ class _Condition(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _ContainerState(msgspec.Struct, frozen=True, kw_only=True):
+    waiting: dict[str, object] | None = None
+    running: dict[str, object] | None = None
     terminated: dict[str, object] | None = None
+
+    def __str__(self) -> str:
+        """ "running", "terminated", "waiting (ContainerCreating)": the state as `kubectl describe` words it."""
+        for word, detail in (("terminated", self.terminated), ("waiting", self.waiting)):
+            if detail is not None:
+                return f"{word} ({detail['reason']})" if detail.get("reason") else word
+        return "running" if self.running is not None else "unknown"
 
 
 class _ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = ""
     state: _ContainerState = _ContainerState()
 
 
@@ -242,10 +252,20 @@ class Pod(KubeObject, frozen=True, kw_only=True):
     def ended(self) -> bool:
         """Being deleted with every container terminated: nothing of it runs any more. A real kubelet removes such
         a pod up to 10 s later (its status manager's sync period), which no caller has to wait for."""
-        status = self.status
-        statuses = [*status.container_statuses, *status.init_container_statuses, *status.ephemeral_container_statuses]
+        statuses = self._statuses
         ended = bool(statuses) and all(s.state.terminated is not None for s in statuses)
         return self.metadata.deletion_timestamp is not None and ended
+
+    @property
+    def _statuses(self) -> list[_ContainerStatus]:
+        status = self.status
+        return [*status.init_container_statuses, *status.container_statuses, *status.ephemeral_container_statuses]
+
+    def __str__(self) -> str:
+        """The pod, whether it is being deleted, and the state of each container: what a timeout names."""
+        containers = ", ".join(f"{s.name} {s.state}" for s in self._statuses) or "none reported yet"
+        deleted = self.metadata.deletion_timestamp
+        return f"pod {self.metadata.name} ({f'deleted at {deleted}' if deleted else 'not deleted'}; {containers})"
 
 
 class _ReplicaSetSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from pool._errors import RuntimeFailure
 from pool._kube._api import KubeApi
 from pool._kube._manifest import Pod, PodList
 from pool._kube._shapes import ROLE_SELECTOR
@@ -33,7 +34,7 @@ class PodWatch(ObjectWatch[Pod]):
 
     def has_live_pods(self, sandbox_id: str) -> bool:
         """A pod of the sandbox that may still run something (not one being deleted whose containers all ended)."""
-        return any(not pod.ended for pod in self.of(sandbox_id).values())
+        return bool(self.live_pods(sandbox_id))
 
     async def wait_ready(self, sandbox_id: str, within: float) -> str:
         """The IP of a Ready pod of the sandbox, once there is one; RuntimeFailure after `within` seconds."""
@@ -43,5 +44,14 @@ class PodWatch(ObjectWatch[Pod]):
         return ip
 
     async def wait_gone(self, sandbox_id: str, within: float) -> None:
-        """Return once the sandbox has no live pod left (its processes ended); RuntimeFailure after `within` s."""
-        await self.wait(lambda: not self.has_live_pods(sandbox_id), within, f"the pods of sandbox {sandbox_id} to go")
+        """Return once the sandbox has no live pod left (its processes ended); RuntimeFailure after `within` s,
+        naming each pod left and the state of its containers."""
+        try:
+            await self.wait(lambda: not self.live_pods(sandbox_id), within, f"the pods of sandbox {sandbox_id} to go")
+        except RuntimeFailure as exc:
+            left = "; ".join(str(pod) for pod in self.live_pods(sandbox_id))
+            raise RuntimeFailure(f"{exc}: {left}") from exc
+
+    def live_pods(self, sandbox_id: str) -> list[Pod]:
+        """The sandbox's pods that may still run something (see `has_live_pods`)."""
+        return [pod for pod in self.of(sandbox_id).values() if not pod.ended]
