@@ -4,7 +4,7 @@ Other packages import only the names listed here.
 """
 
 from activator._activator import Activator, Page, TemplateBuildSource
-from activator._agent_archive import AGENT_SESSION_RETENTION, AgentArchive
+from activator._agent_archive import AGENT_SESSION_RETENTION, DEFAULT_MAX_TOTAL_BYTES, AgentArchive
 from activator._agent_mirror import AgentMirror
 from activator._catalog import TemplateCatalog, TemplateNotFound
 from activator._coordination import Coordinator, SoloCoordinator
@@ -81,6 +81,7 @@ __all__ = [
     "CLIENT_GONE",
     "CREATE_DEADLINE",
     "DEFAULT_KEY_LIMITS",
+    "DEFAULT_MAX_TOTAL_BYTES",
     "DESKTOP_VIEW_COMMAND",
     "IDEMPOTENCY_TTL",
     "KEY_PATTERN",

@@ -11,8 +11,10 @@ the data dir:
 
 Limits: a sandbox's copy stops growing at `max_bytes` or `max_sessions` (it is marked `truncated`: what is kept
 is the first events and sessions, in order); `retention` seconds after the sandbox ended the whole copy is deleted
-(0: at once). Once its sandbox ended, a session reads as ended, with no turn or permission request pending, and
-`eventCount` is always the number of events kept.
+(0: at once). All copies together take at most `max_total_bytes`: past it the copies of ended sandboxes go first,
+the longest ended first, before their retention is up; when only live sandboxes' copies are left, the one that
+would grow is marked `truncated`. Once its sandbox ended, a session reads as ended, with no turn or permission
+request pending, and `eventCount` is always the number of events kept.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "AGENT_SESSION_RETENTION",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_TOTAL_BYTES",
     "AgentArchive",
     "ArchivedSandbox",
     "ArchivedSession",
@@ -44,6 +47,7 @@ __all__ = [
 AGENT_SESSION_RETENTION = 7 * 86_400.0  # seconds a killed sandbox's sessions stay readable
 DEFAULT_MAX_BYTES = 256 << 20  # of events and listings copied per sandbox
 DEFAULT_MAX_SESSIONS = 1_000  # sessions copied per sandbox
+DEFAULT_MAX_TOTAL_BYTES = 4 << 30  # of every sandbox's copy together
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _SANDBOX_ID = re.compile(r"[a-z0-9]{1,64}")  # `new_sandbox_id`
 _EVENT = msgspec.json.Decoder(UniversalEvent)
@@ -78,15 +82,18 @@ class AgentArchive:
         retention: float = AGENT_SESSION_RETENTION,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
+        max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
         self.retention = retention
         self.max_bytes = max_bytes
         self.max_sessions = max_sessions
+        self.max_total_bytes = max_total_bytes
         self._clock = clock
         self._logs: dict[tuple[str, str], EventLog] = {}  # open indexes of the logs written or read lately
         self._sizes: dict[str, int] = {}  # bytes kept of a sandbox, once counted
+        self._total: int | None = None  # bytes kept of every sandbox, once counted
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def sandbox_ids(self) -> list[str]:
@@ -148,21 +155,55 @@ class AgentArchive:
             _write(self.root / sandbox_id / "sandbox.json", ArchivedSandbox(owner=owner, template=template))
         log = self._log(sandbox_id, info.session_id)
         used, room = self.size(sandbox_id), True
-        for event in events:
+        lines = [msgspec.json.encode(event) for event in events]
+        listing_room = len(msgspec.json.encode(info)) + 20  # its event count may grow by a few digits
+        self._make_room(sum(len(line) + 1 for line in lines) + listing_room, spare={sandbox_id})
+        for event, line in zip(events, lines, strict=True):
             if event.sequence != len(log) + 1:
                 raise ValueError(f"session {info.session_id}: event {event.sequence} does not follow {len(log)}")
-            line = msgspec.json.encode(event)
             if used + len(line) + 1 > self.max_bytes:
                 room = self._full(sandbox_id, f"{self.max_bytes} bytes")
                 break
+            if self.total() + len(line) + 1 > self.max_total_bytes:
+                room = self._full(sandbox_id, f"{self.max_total_bytes} bytes of all sandboxes' copies")
+                break
             log.append(line)
-            used = self._sizes[sandbox_id] = used + len(line) + 1
+            used = self._grow(sandbox_id, used, len(line) + 1)
         listing = msgspec.json.encode(msgspec.structs.replace(info, event_count=len(log)))
         info_path = directory / "info.json"
         before = info_path.stat().st_size if info_path.exists() else 0
         _write(info_path, listing)  # also when full: what is kept is listed
-        self._sizes[sandbox_id] = used + len(listing) - before
+        self._grow(sandbox_id, used, len(listing) - before)
         return room
+
+    def total(self) -> int:
+        """Bytes of events and listings kept of every sandbox."""
+        if self._total is None:
+            self._total = sum(self.size(sandbox_id) for sandbox_id in self.sandbox_ids())
+        return self._total
+
+    def _grow(self, sandbox_id: str, used: int, by: int) -> int:
+        self.total()  # counted before the change, so the change is not counted twice
+        self._sizes[sandbox_id] = used + by
+        self._total = self.total() + by
+        return used + by
+
+    def _make_room(self, needed: int, spare: Collection[str]) -> None:
+        """Delete ended sandboxes' copies but those in `spare`, the longest ended first, until `needed` more bytes
+        fit in `max_total_bytes` (or none is left to delete)."""
+        if self.total() + needed <= self.max_total_bytes:
+            return
+        ended = []
+        for sandbox_id in self.sandbox_ids():
+            sandbox = self._sandbox(sandbox_id)
+            if sandbox_id not in spare and sandbox is not None and sandbox.ended_at is not None:
+                ended.append((sandbox.ended_at, sandbox_id))
+        for _, sandbox_id in sorted(ended):
+            if self.total() + needed <= self.max_total_bytes:
+                return
+            _log.warning("sandbox %s: its sessions' copy deleted before its retention is up, to keep all copies "
+                         "within %d bytes", sandbox_id, self.max_total_bytes)  # fmt: skip
+            self._remove(sandbox_id)
 
     def size(self, sandbox_id: str) -> int:
         """Bytes of events and listings kept of the sandbox."""
@@ -192,7 +233,8 @@ class AgentArchive:
     def prune(self, *, keep: Collection[str] = ()) -> int:
         """Delete the copies of sandboxes that ended over `retention` seconds ago, and those left unreadable (a
         crash before their first record was written) as long ago, except those in `keep` (live again: a kill that
-        failed); how many. One copy that cannot be deleted does not stop the others."""
+        failed); how many (the ones deleted to keep within `max_total_bytes` are not counted). One copy that
+        cannot be deleted does not stop the others."""
         removed = 0
         horizon = self._clock() - self.retention
         for sandbox_id in self.sandbox_ids():
@@ -206,6 +248,7 @@ class AgentArchive:
                     removed += 1
             except OSError as exc:
                 _log.warning("sandbox %s: its sessions' copy could not be pruned: %s", sandbox_id, exc)
+        self._make_room(0, spare=keep)  # the copies of a server restarted with a smaller `max_total_bytes`
         return removed
 
     def _full(self, sandbox_id: str, limit: str) -> bool:
@@ -226,6 +269,7 @@ class AgentArchive:
     def _remove(self, sandbox_id: str) -> None:
         self._forget(sandbox_id)
         shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
+        self._total = None  # counted again when asked for: what could not be deleted still counts
 
     def _mark(self, sandbox_id: str, **changes: object) -> None:
         sandbox = self._sandbox(sandbox_id)

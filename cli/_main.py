@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from activator import AGENT_SESSION_RETENTION, KeyLimits
+from activator import AGENT_SESSION_RETENTION, DEFAULT_MAX_TOTAL_BYTES, KeyLimits
 from cli._deploy import DEPLOY_HELP, add_deploy_arguments, run_deploy
 from cli._key_commands import LIMIT_FLAGS, key_limit, run_key_command
 from cli._server_client import add_server_arguments
@@ -146,6 +146,10 @@ def _add_access(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
         help="seconds the control plane keeps a killed sandbox's coding-agent sessions readable (API, MCP, web UI); "
         f"0 deletes them with the sandbox (default {AGENT_SESSION_RETENTION:.0f}: 7 days; local runtime only, "
         "refused with --runtime kubernetes)")
+    _env_option(serve, "--agent-session-space", None, type=_positive, metavar="MIB",
+        help="MiB the control plane's copies of coding-agent sessions take together; past it the copies of killed "
+        "sandboxes go first, the longest killed first, and then a live sandbox's copy stops growing (default "
+        f"{DEFAULT_MAX_TOTAL_BYTES >> 20}; local runtime only, refused with --runtime kubernetes)")
     _env_option(serve, "--signin-failures", _shown(defaults.signin_failures), type=_limit, metavar="N|none",
         help="failed API-key checks (API, MCP, UI sign-in) one client address may make a minute; past them every "
         "check from it gets 429 + Retry-After (default %(default)s)")
@@ -206,6 +210,12 @@ def _whole_seconds(text: str) -> int:
 def _whole(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number from 0, not {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, not {text!r}")
     return int(text)
 
 
@@ -411,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     sandboxes_ceiling=HostCeiling(memory_mb=args.sandboxes_memory_max, pids=args.sandboxes_pids_max),
                     revoked_key_grace=float(args.revoked_key_grace), signin_failures=args.signin_failures,
                     agent_session_retention=_seconds_or_none(args.agent_session_retention),
+                    agent_session_space_mb=args.agent_session_space,
                     key_request_rate=args.key_request_rate,
                     metrics_auth=args.metrics_auth, metrics_listen=args.metrics_listen,
                     sandbox_disk_limit=args.sandbox_disk_limit == "on",

@@ -16,6 +16,7 @@ import msgspec
 
 from activator import (
     AGENT_SESSION_RETENTION,
+    DEFAULT_MAX_TOTAL_BYTES,
     Activator,
     ActivatorSettings,
     AgentArchive,
@@ -236,15 +237,19 @@ def _agent_mirror(settings: ServeSettings, runtime: ServerRuntime) -> AgentMirro
     retention = settings.agent_session_retention
     if retention is not None and retention < 0:
         raise SystemExit("agent-sandbox: --agent-session-retention: seconds, 0 or more")
+    space = settings.agent_session_space_mb
     if not isinstance(runtime, LocalRuntime):
-        if retention is not None:
-            raise SystemExit(
-                "agent-sandbox: --agent-session-retention: the kubernetes runtime keeps no copy of the coding-agent "
-                "sessions (read them from each sandbox's port 2468 while it lives)"
-            )
+        for flag, given in (("--agent-session-retention", retention), ("--agent-session-space", space)):
+            if given is not None:
+                raise SystemExit(
+                    f"agent-sandbox: {flag}: the kubernetes runtime keeps no copy of the coding-agent sessions (read "
+                    "them from each sandbox's port 2468 while it lives)"
+                )
         return None
     archive = AgentArchive(
-        settings.data_dir / "agent-sessions", retention=AGENT_SESSION_RETENTION if retention is None else retention
+        settings.data_dir / "agent-sessions",
+        retention=AGENT_SESSION_RETENTION if retention is None else retention,
+        max_total_bytes=DEFAULT_MAX_TOTAL_BYTES if space is None else space << 20,
     )
     return AgentMirror(archive, runtime.open_socket)
 

@@ -75,6 +75,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     # local: seconds a killed sandbox's coding-agent sessions stay readable in the control plane (0: gone with it;
     # None: not given, AGENT_SESSION_RETENTION; given on the kubernetes runtime, which keeps no copy, it is refused)
     agent_session_retention: float | None = None
+    agent_session_space_mb: int | None = None  # MiB of all those copies together (None: DEFAULT_MAX_TOTAL_BYTES)
     signin_failures: int = 60
     key_request_rate: int = 100  # requests a second one API key may make (bursts of twice that); 0: unpaced
     metrics_auth: Literal["key", "none"] = "key"

@@ -145,3 +145,41 @@ def test_no_retention_deletes_a_copy_when_its_sandbox_ends(tmp_path: Path) -> No
     archive.keep("sbx1", "key1", "base", info(), [event(1)])
     archive.ended("sbx1")
     assert archive.sandbox_ids() == []
+
+
+def _events(count: int, first: int = 1) -> list[UniversalEvent]:
+    """`count` events of about 1 KiB each, from sequence `first` on."""
+    return [msgspec.structs.replace(event(n), data={"delta": "y" * 1000}) for n in range(first, first + count)]
+
+
+def test_all_copies_keep_within_the_total_by_deleting_the_longest_ended_copy_first(
+    tmp_path: Path, clock: Clock
+) -> None:
+    archive = AgentArchive(tmp_path, max_total_bytes=12_000, clock=clock)
+    for sandbox_id in ("sbx1", "sbx2", "sbx3"):
+        assert archive.keep(sandbox_id, "key1", "base", info(), _events(3))
+    archive.ended("sbx2")
+    clock.advance(1)
+    archive.ended("sbx1")  # ended later than sbx2, though copied first
+    assert archive.keep("sbx3", "key1", "base", info(), _events(3, first=4))
+    assert archive.sandbox_ids() == ["sbx1", "sbx3"]  # sbx2, the longest ended, made room; retention is not up
+    assert archive.total() <= 12_000
+    assert not archive.keep("sbx3", "key1", "base", info(), _events(6, first=7))  # sbx1 goes, and still no room
+    assert archive.sandbox_ids() == ["sbx3"]
+    assert archive.sandbox("key1", "sbx3").truncated  # a live sandbox's copy is never deleted: it stops growing
+    kept = archive.length("sbx3", "s1")
+    assert 6 < kept < 12
+    assert [e.sequence for e in archive.events("key1", "sbx3", "s1", 0, 100).events] == list(range(1, kept + 1))
+    assert archive.total() == sum(path.stat().st_size for path in tmp_path.glob("*/sessions/*/*")) <= 12_000
+
+
+def test_a_smaller_total_after_a_restart_is_kept_by_the_next_prune(tmp_path: Path, clock: Clock) -> None:
+    archive = AgentArchive(tmp_path, clock=clock)
+    for sandbox_id in ("sbx1", "sbx2", "sbx3"):
+        archive.keep(sandbox_id, "key1", "base", info(), _events(3))
+        archive.ended(sandbox_id)
+        clock.advance(1)
+    restarted = AgentArchive(tmp_path, max_total_bytes=9_000, clock=clock)
+    assert restarted.prune(keep={"sbx1"}) == 0  # none is past its retention
+    assert restarted.sandbox_ids() == ["sbx1", "sbx3"]  # sbx1 is live again (a kill that failed): kept
+    assert restarted.total() <= 9_000

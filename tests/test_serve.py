@@ -108,3 +108,9 @@ def test_agent_session_retention_is_refused_where_no_copy_is_kept(retention: flo
     assert _agent_mirror(ServeSettings(data_dir=tmp_path), kubernetes) is None
     with pytest.raises(SystemExit, match=r"seconds, 0 or more"):
         _agent_mirror(ServeSettings(data_dir=tmp_path, agent_session_retention=-1.0), kubernetes)
+
+
+def test_agent_session_space_is_refused_where_no_copy_is_kept(tmp_path: Path) -> None:
+    kubernetes: Any = object()  # any runtime but LocalRuntime
+    with pytest.raises(SystemExit, match=r"--agent-session-space: the kubernetes runtime keeps no copy"):
+        _agent_mirror(ServeSettings(data_dir=tmp_path, agent_session_space_mb=4096), kubernetes)
