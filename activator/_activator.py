@@ -134,6 +134,7 @@ class Activator:
         self.template_builds = TemplateBuilds(
             self.catalog, source.ledger, source.builder, source.files, clock=clock,
             build_timeout=settings.build_timeout, warm=source.warm, warm_target=settings.warm_builds,
+            snapshot_space=settings.key_snapshot_mb << 20,
         )  # fmt: skip
         self.telemetry = Telemetry()
         self._store = store

@@ -40,6 +40,8 @@ class ActivatorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     default_internet: bool = True  # a create without `allow_internet_access` reaches the internet (E2B's default)
     warm_builds: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0  # warm sandboxes per tagged build of a key's template
     build_timeout: _Positive = 3600.0  # seconds one template build may take, from its first layer to its trial start
+    # MiB of disk one API key's snapshots may take together, memory images included (0: unlimited).
+    key_snapshot_mb: Annotated[int, msgspec.Meta(ge=0)] = 20_480
     template_aliases: dict[str, str] = {}  # extra template names, e.g. {"code-interpreter-v1": "code-interpreter"}
     # What one API key's live sandboxes may hold where its own record leaves a limit to the server (0: unlimited).
     key_limits: KeyLimits = DEFAULT_KEY_LIMITS

@@ -100,13 +100,16 @@ class TemplateBuilds:
         build_timeout: float,
         warm: WarmBuilds | None = None,
         warm_target: int = 0,
+        snapshot_space: int = 0,
     ) -> None:
+        """`snapshot_space`: bytes of disk one key's snapshots may take together (0: unlimited)."""
         self.files = files
         self._catalog = catalog
         self._ledger = ledger
         self._builder = builder
         self._clock = clock
         self._build_timeout = build_timeout
+        self._snapshot_space = snapshot_space
         self._builds: dict[str, BuildRecord] = {}  # build id -> record (finished ones too: status is read often)
         self._deleted: dict[str, list[BuildRecord]] = {}  # template id -> builds of a deleted one sandboxes stand on
         self._running: dict[str, list[BuildLogEntry]] = {}  # build id -> its log so far
@@ -212,6 +215,7 @@ class TemplateBuilds:
             held = sum(len(set(record.tags.values())) for record in self.snapshots(owner))
             if held >= MAX_SNAPSHOTS_PER_KEY and not (existing and tag in existing.tags):  # a new tag adds one
                 raise InvalidRequest(f"this key holds {held} snapshots, the most it may: delete some first")
+            self._check_snapshot_space(owner, 0)
             template_id = existing.template_id if existing else _template_id()
             build_id, now = str(uuid.uuid4()), self._clock()
             key = build_key(template_id, build_id)
@@ -222,12 +226,19 @@ class TemplateBuilds:
                     taken = await self._builder.snapshot_memory(sandbox_id, template, key, memory.access_token)
             except PoolError as exc:
                 raise ActivatorError(f"the snapshot of sandbox {sandbox_id} failed: {exc}") from exc
+            try:
+                size = await self._builder.snapshot_bytes(taken)
+                self._check_snapshot_space(owner, size)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self._builder.drop_snapshot_files(taken)
+                raise
             done = self._clock()
             kept = "files only" if memory is None else "memory and files"
             build = BuildRecord(
                 build_id=build_id, template_id=template_id, status="ready", created_at=now, finished_at=done,
                 template=taken, logs=(_entry(done, "info", f"snapshot of sandbox {sandbox_id} ({kept})"),),
-                cpu_count=template.resources.cpu_count, memory_mb=template.resources.memory_mb,
+                cpu_count=template.resources.cpu_count, memory_mb=template.resources.memory_mb, disk_bytes=size,
             )  # fmt: skip
             # Read again: the template may have been deleted or retagged while the files were copied.
             record = self._catalog.find_built(owner, template_id) or TemplateRecord(
@@ -250,6 +261,20 @@ class TemplateBuilds:
         if replaced is not None and replaced not in record.tags.values():
             await self._drop_files([self._builds[replaced]], in_use)
         return record
+
+    def _check_snapshot_space(self, owner: str, adding: int) -> None:
+        """InvalidRequest when `owner`'s snapshots fill their space, or would overfill it with `adding` more
+        bytes (a build a retag replaces still counts: its files go only after the new ones are in)."""
+        if not self._snapshot_space:
+            return
+        builds = {build for record in self.snapshots(owner) for build in record.tags.values()}
+        held = sum(self._builds[build].disk_bytes for build in builds if build in self._builds)
+        if held >= self._snapshot_space or held + adding > self._snapshot_space:
+            this = f" and this one {adding / (1 << 20):.1f} MiB" if adding else ""
+            raise InvalidRequest(
+                f"this key's snapshots take {held / (1 << 20):.1f} MiB of disk{this}, over the "
+                f"{self._snapshot_space >> 20} MiB they may: delete some first"
+            )
 
     def snapshots(self, owner: str) -> list[TemplateRecord]:
         """`owner`'s snapshot templates, oldest first."""

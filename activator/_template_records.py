@@ -39,6 +39,7 @@ class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
     logs: tuple[BuildLogEntry, ...] = ()  # kept whole once finished; the builder's own copy while it runs
     cpu_count: int = 2
     memory_mb: int = 1024
+    disk_bytes: int = 0  # a snapshot's: what its own files take on disk (0: no snapshot, or taken before this count)
 
 
 class TemplateRecord(msgspec.Struct, frozen=True, kw_only=True):

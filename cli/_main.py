@@ -118,6 +118,9 @@ def _add_limits(serve: argparse.ArgumentParser, defaults: ServeSettings) -> None
         help="memory one API key's live sandboxes may declare in total, as --key-max-sandboxes (default %(default)s)")
     _env_option(serve, "--key-max-vcpus", _shown(limits.max_vcpus), type=_limit, metavar="N|none",
         help="vCPUs one API key's live sandboxes may declare in total, as --key-max-sandboxes (default %(default)s)")
+    _env_option(serve, "--key-max-snapshot-mb", _shown(defaults.key_snapshot_mb), type=_limit, metavar="MIB|none",
+        help="disk one API key's snapshots (create_snapshot, memory images included) may take together; past it a "
+        "snapshot is refused with a 400 and nothing is kept (default %(default)s)")
     _env_option(serve, "--sandboxes-memory-max", _shown(ceiling.memory_mb), type=_ceiling, metavar="MIB|auto|none",
         help="local runtime: memory all sandboxes together may use (their parent cgroup's limit); auto: the "
         "machine's RAM less the larger of a tenth of it and 1 GiB, but at least half of it (default %(default)s)")
@@ -407,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     tls_cert=args.tls_cert and Path(args.tls_cert), tls_key=args.tls_key and Path(args.tls_key),
                     pause_after=args.pause_after, snapshot_after=args.snapshot_after,
                     max_held=int(args.max_held), hold_deadline=float(args.hold_deadline), warm=dict(args.warm),
-                    warm_builds=int(args.warm_builds),
+                    warm_builds=int(args.warm_builds), key_snapshot_mb=args.key_max_snapshot_mb,
                     runtime=args.runtime, kubeconfig=args.kubeconfig and Path(args.kubeconfig),
                     namespace=args.namespace, kube_sandbox_user=args.kube_sandbox_user,
                     kube_sandbox_service_account=args.kube_sandbox_service_account,

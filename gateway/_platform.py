@@ -327,6 +327,7 @@ def _activator_settings(settings: ServeSettings) -> ActivatorSettings:
         "max_held": settings.max_held, "hold_deadline": settings.hold_deadline,
         "default_internet": settings.sandbox_internet, "warm_builds": settings.warm_builds,
         "key_limits": settings.key_limits, "revoked_key_grace": settings.revoked_key_grace,
+        "key_snapshot_mb": settings.key_snapshot_mb,
     }  # fmt: skip
     return msgspec.convert(values, ActivatorSettings)
 

@@ -47,6 +47,7 @@ class ServeSettings(msgspec.Struct, frozen=True, kw_only=True):
     hold_deadline: float = 60.0  # seconds a held request waits for its sandbox; past it 504
     warm: dict[str, int] = {}  # ready sandboxes kept per template, over the templates' own `warm`
     warm_builds: int = 0  # ready sandboxes kept per tagged build of a key's own template (local runtime)
+    key_snapshot_mb: int = 20_480  # MiB of disk one key's snapshots may take together (0: unlimited)
     runtime: Literal["local", "kubernetes"] = "local"
     kubeconfig: Path | None = None  # kubernetes: None means in-cluster (the pod's ServiceAccount)
     namespace: str | None = None  # kubernetes: None means the kubeconfig's (or the pod's) namespace, else "default"

@@ -193,6 +193,10 @@ class TemplateBuilder(Protocol):
         """Delete the files its snapshot took: the `SnapshotLayer` on top of `template` (those below are other
         snapshots'), or its memory image; no sandbox or template may start from them again."""
 
+    async def snapshot_bytes(self, template: Template) -> int:
+        """Bytes on disk of the files its snapshot took (what `drop_snapshot_files` would free); 0 for a template
+        that is no snapshot."""
+
 
 class Forker(Protocol):
     """Forks running sandboxes with their memory (the local runtime, where CRIU works): one image of the source,

@@ -161,3 +161,18 @@ def test_what_is_made_from_a_copy_is_its_own(sbx: Sandbox, e2b_env: RunningServe
     finally:
         copy.kill()
         Sandbox.delete_snapshot(memory.snapshot_id)
+
+
+def test_a_memory_image_counts_in_the_keys_snapshot_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with running_server(tmp_path / "data", "--key-max-snapshot-mb", "1") as server:
+        for name, value in server.e2b_env().items():
+            monkeypatch.setenv(name, value)
+        source = Sandbox.create()
+        try:
+            with pytest.raises(SandboxException, match=r"400: .*and this one \d+\.\d MiB, over the 1 MiB they may"):
+                source.create_snapshot("over-the-space", mode="full")  # even an idle sandbox's memory is MiBs
+            assert _memory_images(server) == []  # the image went again
+            assert Sandbox.list_snapshots().next_items() == []
+            assert source.commands.run("echo runs on").stdout == "runs on\n"
+        finally:
+            source.kill()

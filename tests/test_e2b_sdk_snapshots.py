@@ -153,3 +153,24 @@ def test_a_deleted_snapshot_stays_for_its_sandboxes_over_restarts_then_goes(
                 point_e2b_at(third, monkeypatch)
                 assert layer not in _snapshot_layers()  # no sandbox stands on it: it went at the start
                 assert Sandbox.list_snapshots().next_items() == []
+
+
+def test_a_snapshot_past_the_keys_disk_space_is_refused_and_nothing_of_it_is_kept(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with running_server(data_dir, "--key-max-snapshot-mb", "2") as server:
+        point_e2b_at(server, monkeypatch)
+        source = Sandbox.create()
+        try:
+            small = source.create_snapshot("fits", mode="filesystem")  # a fresh sandbox's files: a few KiB
+            source.commands.run("head -c 3M /dev/urandom > /home/user/big.bin")
+            before = _snapshot_layers()
+            with pytest.raises(SandboxException, match=r"400: .*snapshots take 0\.\d MiB of disk and this one 3\.\d "
+                               r"MiB, over the 2 MiB they may: delete some first"):  # fmt: skip
+                source.create_snapshot("too-big", mode="filesystem")
+            assert _snapshot_layers() == before  # its copy of the files went again
+            assert [s.snapshot_id for s in Sandbox.list_snapshots().next_items()] == [small.snapshot_id]
+            source.commands.run("rm /home/user/big.bin")
+            assert source.create_snapshot("fits-again", mode="filesystem").snapshot_id == "fits-again:default"
+        finally:
+            source.kill()

@@ -32,7 +32,7 @@ from pool._local._core import LocalRuntimeSettings, LocalSandboxes, crash_reason
 from pool._local._criu import CriuBinary
 from pool._local._criu_sandbox import checkpoint, restore
 from pool._local._forks import ForkSource, keep_memory_image, kept_memory_image, place_fork, take_fork_image
-from pool._local._sandbox import Sandbox, load_sandbox
+from pool._local._sandbox import Sandbox, load_sandbox, tree_size
 from pool._local._snapshots import CriuSupport, drop_image, settle
 from pool._local._template_builder import LocalTemplateBuilder
 from pool._runtime import (
@@ -111,6 +111,12 @@ class LocalRuntime(LocalSandboxes):
             "sandbox %s: memory image %s in %.0f ms, %d bytes", sandbox_id, key, kept.seconds * 1000, kept.image_bytes
         )
         return msgspec.structs.replace(template, name=name, memory_image=key)
+
+    async def snapshot_bytes(self, template: Template) -> int:
+        """`pool.TemplateBuilder`: the size of the template's memory image, or of its own snapshot layer."""
+        path = self._memory_images / template.memory_image if template.memory_image else None
+        path = path or self._builder.snapshot_layer(template)
+        return 0 if path is None else await self.workers.run(self.workers.snapshots, tree_size, path)
 
     async def drop_snapshot_files(self, template: Template) -> None:
         """`pool.TemplateBuilder`: the template's memory image, or its own snapshot layer, goes."""

@@ -151,16 +151,22 @@ class LocalTemplateBuilder:
         if generation:  # under the cache's lock, which a build elsewhere may hold for minutes: not on the loop
             await sandboxes.workers.run(sandboxes.workers.snapshots, images.record_refresh, {name: generation})
 
+    def snapshot_layer(self, template: Template) -> Path | None:
+        """The directory of the template's own snapshot layer, if it is a snapshot of files."""
+        images = self._sandboxes.images
+        key, layer = images.plan(template)[-2]  # the executor layer is the last
+        return images.layer_path(key) if isinstance(layer, SnapshotLayer) else None
+
     async def drop_snapshot_files(self, template: Template) -> None:
         """`pool.TemplateBuilder`: the directory of the template's own snapshot layer goes from the image cache."""
         sandboxes, images = self._sandboxes, self._sandboxes.images
-        key, layer = images.plan(template)[-2]  # the executor layer is the last
-        if not isinstance(layer, SnapshotLayer):
+        path = self.snapshot_layer(template)
+        if path is None:
             return
 
         def remove_unless_pinned() -> None:
-            if images.layer_path(key) not in sandboxes.pinned_layers():  # a sandbox still starting stands on it
-                images.remove([key])
+            if path not in sandboxes.pinned_layers():  # a sandbox still starting stands on it
+                images.remove([path.name])
 
         await sandboxes.workers.run(sandboxes.workers.snapshots, remove_unless_pinned)
 
