@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from pool._template_context import ContextError, context_hash
+
 __all__ = [
     "SANDBOXED_LAYERS",
     "AptLayer",
@@ -102,6 +104,9 @@ class CopyLayer(_LayerConfig, kw_only=True, tag="copy"):
     `source` is a path or glob inside the archive, `dest` where it goes (Docker's COPY rules: a directory's
     contents are copied into `dest`; a file lands in `dest` when it ends with `/` or is a directory); `user`
     owns what was copied ("" keeps root) and `mode` (octal, "" keeps the archive's) is applied to it.
+    A built-in template's has no upload: `context` is its templates directory, whose `source` the archive is
+    packed from at build time (`_template_context`; `files` is then that tree's hash). `context` is where the
+    files are, not what they are: it is no part of the layer's key.
     """
 
     files: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -111,6 +116,18 @@ class CopyLayer(_LayerConfig, kw_only=True, tag="copy"):
     mode: Annotated[str, msgspec.Meta(pattern=r"^([0-7]{3,4})?$")] = ""
     workdir: str = "/"
     rebuild: str = ""
+    context: str = ""
+
+
+class _FileCopyLayer(_LayerConfig, kw_only=True, tag="copy"):
+    """A TOML template's `copy`: `source` is a path under its templates directory (a file or a directory, whose
+    contents are copied), the rest as in `CopyLayer`."""
+
+    source: str
+    dest: str
+    user: str = ""
+    mode: Annotated[str, msgspec.Meta(pattern=r"^([0-7]{3,4})?$")] = ""
+    workdir: str = "/"
 
 
 # A container image reference as Docker spells it: [registry[:port]/]path[:tag][@sha256:digest].
@@ -144,6 +161,7 @@ class SnapshotLayer(_LayerConfig, kw_only=True, tag="snapshot"):
 
 _DefinedLayer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | CopyLayer | OciLayer  # what a file names
 Layer = _DefinedLayer | SnapshotLayer
+_FileLayer = DebootstrapLayer | AptLayer | PipLayer | RunLayer | NpmLayer | _FileCopyLayer | OciLayer  # a TOML file's
 # The kinds built inside a build sandbox; the others are the operator's own and run as root in a host chroot.
 SANDBOXED_LAYERS = (RunLayer, NpmLayer, CopyLayer)
 
@@ -166,7 +184,7 @@ class _TemplateFile(_Config, kw_only=True):
     name: TemplateName
     description: str = ""
     parent: TemplateName | None = None
-    layers: list[_DefinedLayer] = []
+    layers: list[_FileLayer] = []
     env: dict[str, str] | None = None
     start: list[str] | None = None
     ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
@@ -245,19 +263,19 @@ def _read(path: Path) -> _TemplateFile:
         raise TemplateError(f"{path}: {exc}") from exc
 
 
-def _resolve(name: str, files: dict[str, _TemplateFile], seen: tuple[str, ...] = ()) -> Template:
+def _resolve(name: str, files: dict[str, _TemplateFile], root: Path, seen: tuple[str, ...] = ()) -> Template:
     if name in seen:
         raise TemplateError(f"template {name!r}: parent cycle {' -> '.join((*seen, name))}")
     if name not in files:
         raise TemplateError(f"template {seen[-1]!r} names unknown parent {name!r}")
     own = files[name]
-    base = _resolve(own.parent, files, (*seen, name)) if own.parent else _DEFAULT
+    base = _resolve(own.parent, files, root, (*seen, name)) if own.parent else _DEFAULT
     if not base.layers and not own.layers:
         raise TemplateError(f"template {name!r} has no layers")
     return Template(
         name=own.name,
         description=own.description,
-        layers=(*base.layers, *own.layers),
+        layers=(*base.layers, *(_defined(layer, root, name) for layer in own.layers)),
         env={**base.env, **(own.env or {})},
         start=(*base.start, *(own.start or ())),
         ports=tuple(own.ports) if own.ports is not None else base.ports,
@@ -284,4 +302,16 @@ def load_templates(directory: Path) -> dict[str, Template]:
         if tf.name != path.stem:
             raise TemplateError(f"{path}: name {tf.name!r} must match the file name")
         files[tf.name] = tf
-    return {name: _resolve(name, files) for name in files}
+    return {name: _resolve(name, files, directory.absolute()) for name in files}
+
+
+def _defined(layer: _FileLayer, root: Path, template: str) -> _DefinedLayer:
+    """The layer a file's entry stands for: a `copy` names its files by their hash (read now)."""
+    if not isinstance(layer, _FileCopyLayer):
+        return layer
+    try:
+        files = context_hash(root, layer.source)
+    except (ContextError, OSError) as exc:
+        raise TemplateError(f"template {template!r}: {exc}") from exc
+    fields = msgspec.structs.asdict(layer)
+    return CopyLayer(**fields, files=files, context=str(root))

@@ -13,11 +13,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pool import LocalRuntime, Template
+from pool import LocalRuntime, Template, load_templates
 from pool._errors import TemplateBuildFailed
 from pool._executor_client import run_command
 from pool._templates import CopyLayer, Layer, RunLayer
 from tests.runtime_fixtures import IMAGE_CACHE, TEMPLATES, http_get, local_runtime, spec
+from tests.test_template_context import templates_with_copy
 
 pytestmark = pytest.mark.anyio
 
@@ -173,4 +174,25 @@ async def test_copy_runs_on_the_images_python_with_dockers_rules(runtime: LocalR
         assert shown.splitlines() == ["750 root", "644 user", "A=1", "page"]
     finally:
         await runtime.stop("copyrules1")
+        _forget_layers(runtime, template)
+
+
+async def test_a_builtin_templates_copy_layer_takes_its_files_from_the_templates_directory(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    directory = templates_with_copy(tmp_path / "templates")
+    (directory / "files/app/nonce").write_text(uuid.uuid4().hex)  # a layer of this test's own
+    template = load_templates(directory)["tools"]
+    try:
+        await runtime.build_builtin(template, lambda _line: None)
+        await runtime.start(spec("tomlcopy1", template))
+        shown = await _run(runtime, "tomlcopy1", "stat -c '%a %U %n' /srv/app/hello.txt /srv/app/sub/run.sh; "
+                                                 "cat /srv/app/hello.txt")  # fmt: skip
+        assert shown.splitlines() == ["640 user /srv/app/hello.txt", "640 user /srv/app/sub/run.sh", "hello"]
+        (directory / "files/app/hello.txt").write_text("edited after loading\n")
+        _forget_layers(runtime, template)
+        with pytest.raises(TemplateBuildFailed, match="COPY files/app /srv/app: copy source 'files/app' changed"):
+            await runtime.build_builtin(template, lambda _line: None)
+    finally:
+        await runtime.stop("tomlcopy1")
         _forget_layers(runtime, template)

@@ -40,6 +40,7 @@ from pool._runtime import RegistryLogin
 from pool._templates import (
     SANDBOXED_LAYERS,
     AptLayer,
+    CopyLayer,
     DebootstrapLayer,
     Layer,
     OciLayer,
@@ -122,7 +123,7 @@ class ImageStore:
         if generation:  # 0 leaves the keys as they always were
             digest.update(b"refresh %d" % generation)
         for layer in template.layers:
-            digest.update(msgspec.json.encode(layer))
+            digest.update(_identity(layer))
             plan.append((f"{_kind(layer)}-{digest.hexdigest()[:16]}", layer))
         base_key = plan[0][0]
         executor_key = hashlib.sha256(base_key.encode() + self._executor_hash).hexdigest()[:16]
@@ -282,3 +283,13 @@ def _tree_hash(root: Path, pattern: str) -> bytes:
     for path in sorted(root.rglob(pattern)):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest().encode()
+
+
+def _identity(layer: Layer) -> bytes:
+    """What a layer's key is made of: its definition, less where a built-in copy layer's files are (`context`),
+    encoded as it was before that field existed."""
+    if not isinstance(layer, CopyLayer):
+        return msgspec.json.encode(layer)
+    fields = msgspec.to_builtins(layer)
+    del fields["context"]
+    return msgspec.json.encode(fields)

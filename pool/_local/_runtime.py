@@ -150,7 +150,8 @@ class LocalRuntime(LocalSandboxes):
 
     async def build_builtin(self, template: Template, log: Callable[[str], None]) -> None:
         """Build an operator's template's missing layers: on the host, or in build sandboxes (then started once)
-        when it has sandboxed layers. A built-in template names no uploaded files (TemplateBuildFailed if one does)."""
+        when it has sandboxed layers. A built-in template names no uploaded files (TemplateBuildFailed if one does):
+        its copy layers are packed from its templates directory."""
         if not has_sandboxed_layers(template):
             await self.workers.run(self.workers.builds, self.images.build, template, log)
             return

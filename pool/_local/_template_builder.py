@@ -36,6 +36,7 @@ from pool._local import _oci
 from pool._local._core import LocalSandboxes
 from pool._local._layer_steps import EXECUTOR_HOME
 from pool._runtime import BuildLog, ExecutorInit, RegistryLogin, SandboxSpec
+from pool._template_context import ContextError, pack_context
 from pool._templates import SANDBOXED_LAYERS, CopyLayer, Layer, NpmLayer, OciLayer, RunLayer, SnapshotLayer, Template
 
 __all__ = ["LocalTemplateBuilder"]
@@ -204,7 +205,9 @@ class LocalTemplateBuilder:
             connect = functools.partial(sandboxes.open_socket, sandbox_id, ENVD_PORT)
             if isinstance(layer, CopyLayer):
                 try:
-                    archive = await sandboxes.workers.run(sandboxes.workers.builds, files(layer.files).read_bytes)
+                    archive = await sandboxes.workers.run(sandboxes.workers.builds, _archive, layer, files)
+                except ContextError as exc:
+                    raise TemplateBuildFailed(f"{_describe(layer)}: {exc}", layer=index) from exc
                 except (OSError, KeyError) as exc:
                     raise TemplateBuildFailed(f"{_describe(layer)}: its files were not uploaded", layer=index) from exc
                 await write_file(await connect(), _ARCHIVE, archive, user="root", token=token)
@@ -263,6 +266,14 @@ def _build_sandbox_template(template: Template, index: int) -> Template:
         template, layers=template.layers[:index], start=(), ports=(), ready="", env={}, user="root", workdir="/",
         warm=0, memory_image="",
     )  # fmt: skip
+
+
+def _archive(layer: CopyLayer, files: Callable[[str], Path]) -> bytes:
+    """The tar a copy layer unpacks: packed from its templates directory (a built-in template's), else the
+    uploaded one `files` finds (blocking)."""
+    if layer.context:
+        return pack_context(Path(layer.context), layer.source, layer.files)
+    return files(layer.files).read_bytes()
 
 
 def _command(layer: RunLayer | NpmLayer | CopyLayer) -> tuple[str, str, str, dict[str, str]]:
