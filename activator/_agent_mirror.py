@@ -6,8 +6,9 @@ agent port (2468) was opened through the gateway, MCP or the web UI, those the s
 those a sweep (every minute) finds sessions in, e.g. ones started from inside the sandbox. When: every `interval`
 seconds while a followed sandbox runs (`GET /v1/sessions`, then the events of the sessions whose listing changed,
 from the offset the copy has), and once more before it is paused, snapshotted or killed, so the copy holds every
-event up to then. A paused or snapshotted sandbox makes no events; after a resume the next pull copies the
-backlog, as after a network gap. The pulls take the runtime's socket straight: they neither wake a sandbox nor
+event up to then; a running sandbox not followed is asked once before its kill (the last chance to find its
+sessions). A paused or snapshotted sandbox makes no events; after a resume the next pull copies the backlog, as
+after a network gap. The pulls take the runtime's socket straight: they neither wake a sandbox nor
 count as its activity, so the idle policy sees only real traffic.
 
 Bounds: one pull of a sandbox at a time, each within `deadline` seconds (waiting for the one before included), at
@@ -38,6 +39,7 @@ PULL_DEADLINE = 5.0  # seconds one pull may take (also what a pause or kill wait
 _PAGE = 1_000  # events a request
 _PARALLEL = 8  # periodic pulls at once (a pull before a pause or kill never waits for them)
 _SWEEP_EVERY = 60.0  # seconds between two passes over the copies (ended sandboxes, retention, new sessions)
+_DISCOVER_DEADLINE = 1.0  # seconds a kill waits for a sandbox nobody followed to list its sessions
 _log = logging.getLogger(__name__)
 
 
@@ -78,9 +80,17 @@ class AgentMirror:
             self._tracked.add(sandbox_id)
 
     async def halting(self, before: SandboxRecord | None, after: SandboxRecord) -> None:
-        """Before a pause, snapshot or kill: copy what a followed running sandbox has."""
-        if before is not None and before.state is SandboxState.RUNNING and before.id in self._tracked:
+        """Before a pause, snapshot or kill: copy what a followed running sandbox has. Before the kill of one not
+        followed, ask it once (within `_DISCOVER_DEADLINE`): sessions started inside it since the last sweep
+        would be lost for good, where a paused or snapshotted one is still found by the next sweep."""
+        if before is None or before.state is not SandboxState.RUNNING:
+            return
+        if before.id in self._tracked:
             await self._pull_quietly(before)
+        elif after.state is SandboxState.KILLED:
+            with contextlib.suppress(Exception):  # no agent server to ask: nothing to copy, nothing to say
+                async with asyncio.timeout(_DISCOVER_DEADLINE):
+                    await self.pull(before)
 
     def halted(self, record: SandboxRecord) -> None:
         """After the runtime paused, snapshotted or killed it: a kill ends the sandbox's copy."""

@@ -151,7 +151,7 @@ async def test_a_followed_sandbox_is_copied_before_it_halts_and_its_kill_ends_th
 ) -> None:
     mirror = mirror_of(tmp_path, agent_server)
     agent_server.add(3)
-    await mirror.halting(record(), record(SandboxState.KILLED))  # nobody used its agent port: nothing asked
+    await mirror.halting(record(), record(SandboxState.PAUSED))  # nobody used its agent port: nothing asked
     assert agent_server.requests == []
     mirror.opened("sbx1", 49999)
     mirror.opened("sbx1", AGENT_PORT)
@@ -206,6 +206,20 @@ async def test_a_halt_waits_for_the_deadline_at_most_even_behind_a_pull_that_nev
     await mirror._locks["sbx1"].acquire()
     await asyncio.wait_for(mirror.halting(record(), record(SandboxState.PAUSED)), timeout=60)
     assert "its coding-agent sessions were not copied" in caplog.text
+
+
+async def test_the_kill_of_a_sandbox_nobody_followed_copies_the_sessions_started_inside_it(
+    tmp_path: Path, agent_server: ScriptedAgentServer
+) -> None:
+    mirror = mirror_of(tmp_path, agent_server)
+    await mirror.halting(record(), record(SandboxState.KILLED))  # no session: one listing asked, nothing kept
+    assert agent_server.requests == ["/v1/sessions"]
+    assert mirror.archive.sandbox_ids() == []
+    agent_server.add(3)  # started inside it since the last sweep: the kill is the last chance to find them
+    await mirror.halting(record(), record(SandboxState.KILLED))
+    assert kept(mirror) == [1, 2, 3]
+    agent_server.hang = True  # an agent server that never answers holds the kill back a second at most
+    await asyncio.wait_for(mirror.halting(record(), record(SandboxState.KILLED)), timeout=30)
 
 
 class Source:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2b import Sandbox
 
 from tests.polling import wait_for
 from tests.server_fixtures import RunningServer, server_in_temp_dir
@@ -177,3 +178,18 @@ async def test_copying_the_sessions_does_not_keep_a_sandbox_awake_and_no_retenti
     )
     ok(await call(forgetful, "deleteSandbox", {"sandboxId": sandbox_id}))
     assert api(forgetful, f"/sandboxes/{sandbox_id}/agent-sessions").status_code == 404
+
+
+def test_a_session_started_inside_a_sandbox_nobody_followed_is_kept_at_its_kill(e2b_env: RunningServer) -> None:
+    sbx = Sandbox.create()
+    start_inside = (
+        "curl -fsS -X POST localhost:2468/v1/sessions/inside -H 'Content-Type: application/json' -H "
+        f"""'Authorization: Bearer {sbx._envd_access_token}' -d '{{"agent": "mock"}}'"""
+    )  # as an agent inside would, given the sandbox's token
+    try:
+        assert sbx.commands.run(start_inside).exit_code == 0  # not through the server: no sweep has found it
+    finally:
+        sbx.kill()
+    [session] = kept(e2b_env, sbx.sandbox_id)["sessions"]
+    assert (session["sessionId"], session["agent"], session["ended"]) == ("inside", "mock", True)
+    assert kept_events(e2b_env, sbx.sandbox_id, "inside")["events"][0]["type"] == "session.started"
