@@ -62,8 +62,12 @@ class AgentMirror:
         *,
         interval: float = PULL_INTERVAL,
         deadline: float = PULL_DEADLINE,
+        may_hold_sessions: Callable[[str], bool] = lambda _sandbox_id: True,
     ) -> None:
+        """`may_hold_sessions(sandbox_id)`: the runtime's cheap look at whether the sandbox has any session at all,
+        so that the kill of one nobody followed asks it only then."""
         self.archive = archive
+        self._may_hold_sessions = may_hold_sessions
         self._open_socket = open_socket
         self._interval = interval
         self._deadline = deadline
@@ -87,7 +91,7 @@ class AgentMirror:
             return
         if before.id in self._tracked:
             await self._pull_quietly(before)
-        elif after.state is SandboxState.KILLED:
+        elif after.state is SandboxState.KILLED and self._may_hold_sessions(before.id):
             with contextlib.suppress(Exception):  # no agent server to ask: nothing to copy, nothing to say
                 async with asyncio.timeout(_DISCOVER_DEADLINE):
                     await self.pull(before)

@@ -29,6 +29,7 @@ from executor._defaults import Defaults
 from executor._errors import ExecutorError, Unimplemented, error_json
 from executor._exchange import Request, Response
 from executor._reaper import Reaper
+from executor.agent_api import AGENT_STATE_DIR
 from executor.envd import MAX_ARCHIVE_BYTES, MAX_UPLOAD_BYTES
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class Settings:
     max_upload_bytes: int = MAX_UPLOAD_BYTES
     max_archive_bytes: int = MAX_ARCHIVE_BYTES
     process_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    agent_state_dir: str = "/var/lib/agent-sandbox/agents"
+    agent_state_dir: str = AGENT_STATE_DIR
     agents_dir: str = "/opt/agents"
 
 

@@ -21,6 +21,7 @@ import msgspec
 __all__ = (
     "ACP_TIMEOUT_SECONDS",
     "AGENT_PORT",
+    "AGENT_STATE_DIR",
     "ERROR_TITLES",
     "EVENT_TYPES",
     "PROBLEM_JSON",
@@ -50,6 +51,8 @@ __all__ = (
 
 AGENT_PORT = 2468
 """The agent server's port inside a sandbox (sandbox-agent's default), reached at `2468-<id>.<domain>`."""
+AGENT_STATE_DIR = "/var/lib/agent-sandbox/agents"
+"""Where a sandbox's agent server keeps its sessions (`sessions/<id>/`) unless told otherwise."""
 PROBLEM_JSON = "application/problem+json"
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """A universal session's id: also a directory name, on the sandbox's disk and in the control plane's copy."""

@@ -251,7 +251,7 @@ def _agent_mirror(settings: ServeSettings, runtime: ServerRuntime) -> AgentMirro
         retention=AGENT_SESSION_RETENTION if retention is None else retention,
         max_total_bytes=DEFAULT_MAX_TOTAL_BYTES if space is None else space << 20,
     )
-    return AgentMirror(archive, runtime.open_socket)
+    return AgentMirror(archive, runtime.open_socket, may_hold_sessions=runtime.may_hold_agent_sessions)
 
 
 def _limit_sandboxes(settings: ServeSettings) -> None:

@@ -100,7 +100,12 @@ def record(state: SandboxState = SandboxState.RUNNING) -> SandboxRecord:
 
 
 def mirror_of(
-    tmp_path: Path, agent_server: ScriptedAgentServer, *, refuse: bool = False, deadline: float = 10
+    tmp_path: Path,
+    agent_server: ScriptedAgentServer,
+    *,
+    refuse: bool = False,
+    deadline: float = 10,
+    may_hold_sessions: bool = True,
 ) -> AgentMirror:
     async def open_socket(sandbox_id: str, port: int) -> socket.socket:
         assert (sandbox_id, port) == ("sbx1", AGENT_PORT)
@@ -113,7 +118,10 @@ def mirror_of(
             raise
         return sock
 
-    return AgentMirror(AgentArchive(tmp_path, clock=Clock()), open_socket, interval=0.01, deadline=deadline)
+    archive = AgentArchive(tmp_path, clock=Clock())
+    return AgentMirror(
+        archive, open_socket, interval=0.01, deadline=deadline, may_hold_sessions=lambda _id: may_hold_sessions
+    )
 
 
 async def until(done: Callable[[], bool], seconds: float = 10.0) -> None:
@@ -220,6 +228,10 @@ async def test_the_kill_of_a_sandbox_nobody_followed_copies_the_sessions_started
     assert kept(mirror) == [1, 2, 3]
     agent_server.hang = True  # an agent server that never answers holds the kill back a second at most
     await asyncio.wait_for(mirror.halting(record(), record(SandboxState.KILLED)), timeout=30)
+    asked = len(agent_server.requests)
+    empty = mirror_of(tmp_path / "empty", agent_server, may_hold_sessions=False)  # no session in its files
+    await empty.halting(record(), record(SandboxState.KILLED))
+    assert len(agent_server.requests) == asked  # not asked
 
 
 class Source:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 
+from executor.agent_api import AGENT_STATE_DIR
 from pool._autostart import run_autostart
 from pool._errors import ImageBuildError, PortClosed, RuntimeFailure, SandboxGone
 from pool._local._cgroups import SandboxCgroup, cgroup_root_for
@@ -362,6 +363,20 @@ class LocalSandboxes:
     def is_running(self, sandbox_id: str) -> bool:
         box = self._sandboxes.get(sandbox_id)
         return box is not None and box.netns_fd >= 0
+
+    def may_hold_agent_sessions(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's own files hold a coding-agent session (`<AGENT_STATE_DIR>/sessions/` in its
+        writable layer): one look at the host's side of its files, no request into it (True when unsure)."""
+        box = self._sandboxes.get(sandbox_id)
+        if box is None:
+            return True
+        try:
+            with os.scandir(box.directory / "upper" / AGENT_STATE_DIR.lstrip("/") / "sessions") as entries:
+                return any(True for _ in entries)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
 
     def sandbox_ids(self) -> list[str]:
         """Running sandboxes, oldest first."""
