@@ -157,14 +157,15 @@ class AgentArchive:
         used, room = self.size(sandbox_id), True
         lines = [msgspec.json.encode(event) for event in events]
         listing_room = len(msgspec.json.encode(info)) + 20  # its event count may grow by a few digits
-        self._make_room(sum(len(line) + 1 for line in lines) + listing_room, spare={sandbox_id})
+        wanted = min(sum(len(line) + 1 for line in lines), max(self.max_bytes - used, 0))  # what its own cap lets in
+        self._make_room(wanted + listing_room, spare={sandbox_id})
         for event, line in zip(events, lines, strict=True):
             if event.sequence != len(log) + 1:
                 raise ValueError(f"session {info.session_id}: event {event.sequence} does not follow {len(log)}")
             if used + len(line) + 1 > self.max_bytes:
                 room = self._full(sandbox_id, f"{self.max_bytes} bytes")
                 break
-            if self.total() + len(line) + 1 > self.max_total_bytes:
+            if self.total() + len(line) + 1 + listing_room > self.max_total_bytes:
                 room = self._full(sandbox_id, f"{self.max_total_bytes} bytes of all sandboxes' copies")
                 break
             log.append(line)
@@ -267,9 +268,13 @@ class AgentArchive:
         self._sizes.pop(sandbox_id, None)
 
     def _remove(self, sandbox_id: str) -> None:
+        size = self.size(sandbox_id) if self._total is not None else 0
         self._forget(sandbox_id)
         shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
-        self._total = None  # counted again when asked for: what could not be deleted still counts
+        if self._total is not None and not (self.root / sandbox_id).exists():
+            self._total -= size
+        else:
+            self._total = None  # counted again when asked for: what could not be deleted still counts
 
     def _mark(self, sandbox_id: str, **changes: object) -> None:
         sandbox = self._sandbox(sandbox_id)

@@ -85,8 +85,9 @@ class AgentMirror:
 
     async def halting(self, before: SandboxRecord | None, after: SandboxRecord) -> None:
         """Before a pause, snapshot or kill: copy what a followed running sandbox has. Before the kill of one not
-        followed, ask it once (within `_DISCOVER_DEADLINE`): sessions started inside it since the last sweep
-        would be lost for good, where a paused or snapshotted one is still found by the next sweep."""
+        followed, ask it once (within `_DISCOVER_DEADLINE`) if the runtime sees a session in its files: sessions
+        started inside it since the last sweep would be lost for good, where a paused or snapshotted one is still
+        found by a sweep once it is resumed."""
         if before is None or before.state is not SandboxState.RUNNING:
             return
         if before.id in self._tracked:

@@ -119,7 +119,7 @@ class TemplateBuilds:
         self._warm_target = warm_target
         self._pooled: dict[str, set[str]] = {}  # template id -> the build keys given a warm pool
         self._tasks: set[asyncio.Task[None]] = set()
-        self._naming: dict[tuple[str, str], asyncio.Lock] = {}  # (owner, name): one snapshot of a name at a time
+        self._snapshotting: dict[str, asyncio.Lock] = {}  # owner: one snapshot at a time (its name, count, space)
 
     @property
     def refusal(self) -> str:
@@ -208,7 +208,7 @@ class TemplateBuilds:
         assert self._builder is not None
         if name and self._catalog.is_builtin(name):
             raise InvalidRequest(f"'{name}' is a built-in template's name: choose another one")
-        async with self._naming.setdefault((owner, name), asyncio.Lock()) if name else contextlib.nullcontext():
+        async with self._snapshotting.setdefault(owner, asyncio.Lock()):
             existing = self._catalog.find_built(owner, name) if name else None
             if existing is not None and not existing.snapshot_of:
                 raise InvalidRequest(f"'{name}' is one of this key's templates, not a snapshot: choose another name")

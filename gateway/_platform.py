@@ -238,6 +238,8 @@ def _agent_mirror(settings: ServeSettings, runtime: ServerRuntime) -> AgentMirro
     if retention is not None and retention < 0:
         raise SystemExit("agent-sandbox: --agent-session-retention: seconds, 0 or more")
     space = settings.agent_session_space_mb
+    if space is not None and space < 1:
+        raise SystemExit("agent-sandbox: --agent-session-space: MiB, 1 or more")
     if not isinstance(runtime, LocalRuntime):
         for flag, given in (("--agent-session-retention", retention), ("--agent-session-space", space)):
             if given is not None:

@@ -1,11 +1,13 @@
 """The files a built-in (TOML) template's `copy` layer takes from its templates directory.
 
 The E2B SDK uploads a COPY step's files as a tar archive named by its hash; a TOML template names a path under
-its templates directory instead (`source = "files/app"`). Loading the template hashes what is there now
-(`context_hash`: every name, mode, link target and byte below it), so the layer's key changes exactly when the
-files do; building it packs the same files into the tar the COPY step unpacks (`pack_context`), and refuses a
-tree that changed since it was hashed. Nothing outside the templates directory is read: a path that leaves it,
-also through a symlink, is refused.
+its templates directory instead (`source = "files/app"`). Loading the template packs what is there now into the
+tar the COPY step unpacks and hashes it (`context_hash`: every member's name, kind, mode, link target, size and
+bytes; not times or owners), so the layer's key changes exactly when the files do; building it packs them again
+and refuses a tree that no longer hashes the same (`pack_context`), so what is built is what the key names.
+Times are no part of the hash: a layer keeps the files' times of the build that made it. Nothing outside the
+templates directory is read: a path that leaves it, also through a symlink, is refused; symlinks below it are
+packed as links. The tree is held in memory while packed: this is for a template's small files, not payloads.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import stat
 import tarfile
 from pathlib import Path
 
@@ -29,48 +30,49 @@ def context_path(root: Path, source: str) -> Path:
     if not source or os.path.isabs(source):
         raise ContextError(f"copy source {source!r}: a path relative to the templates directory")
     path = root / source
-    if not path.resolve().is_relative_to(root.resolve()):
+    try:
+        inside, exists = path.resolve().is_relative_to(root.resolve()), path.exists()
+    except (RuntimeError, ValueError, OSError) as exc:  # a symlink loop, a NUL in the name
+        raise ContextError(f"copy source {source!r} cannot be read: {exc}") from exc
+    if not inside:
         raise ContextError(f"copy source {source!r} is outside the templates directory {root}")
-    if not path.exists():
+    if not exists:
         raise ContextError(f"copy source {source!r}: no such file or directory under {root}")
     return path
 
 
 def context_hash(root: Path, source: str) -> str:
-    """The SHA-256 of what `source` holds under `root`: the sorted names below it with their kind, mode, link
-    target and contents (not their times or owners, which the copy does not keep)."""
-    top = context_path(root, source)
-    digest = hashlib.sha256()
-    for path in _walk(top):
-        info = path.lstat()
-        name = path.relative_to(top).as_posix()
-        digest.update(f"{name}\0{stat.S_IFMT(info.st_mode)}\0{stat.S_IMODE(info.st_mode):o}\0".encode())
-        if path.is_symlink():
-            digest.update(os.readlink(path).encode())
-        elif path.is_file():
-            with open(path, "rb") as file:
-                for chunk in iter(lambda: file.read(1 << 20), b""):
-                    digest.update(chunk)
-        digest.update(b"\0")
-    return digest.hexdigest()
+    """The SHA-256 of what `source` under `root` holds now, as `pack_context` packs it."""
+    return _digest(_pack(root, source))
 
 
 def pack_context(root: Path, source: str, expected: str) -> bytes:
     """The tar archive the COPY step unpacks: `source` under its own relative name, its symlinks as links.
-    ContextError when the files no longer hash to `expected` (edited since the templates were loaded)."""
-    if context_hash(root, source) != expected:
+    ContextError when it no longer hashes to `expected` (edited since the templates were loaded)."""
+    packed = _pack(root, source)
+    if _digest(packed) != expected:
         raise ContextError(f"copy source {source!r} changed since the templates were loaded: load them again")
+    return packed
+
+
+def _pack(root: Path, source: str) -> bytes:
+    top = context_path(root, source)
     packed = io.BytesIO()
-    with tarfile.open(fileobj=packed, mode="w") as archive:
-        archive.add(context_path(root, source), arcname=source, recursive=True)
+    try:
+        with tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as archive:
+            archive.add(top, arcname=source, recursive=True)
+    except (RuntimeError, ValueError, OSError) as exc:  # a symlink loop, a name no file system takes, a lost file
+        raise ContextError(f"copy source {source!r} cannot be packed: {exc}") from exc
     return packed.getvalue()
 
 
-def _walk(top: Path) -> list[Path]:
-    """`top` and everything below it, sorted by name; symlinks are not followed."""
-    found = [top]
-    if top.is_dir() and not top.is_symlink():
-        for parent, dirs, files in os.walk(top):
-            dirs.sort()
-            found += [Path(parent, name) for name in sorted([*dirs, *files])]
-    return sorted(found)
+def _digest(packed: bytes) -> str:
+    digest = hashlib.sha256()
+    with tarfile.open(fileobj=io.BytesIO(packed)) as archive:
+        for member in archive:
+            head = f"{member.name}\0{member.type!r}\0{member.mode:o}\0{member.linkname}\0{member.size}\0"
+            digest.update(head.encode("utf-8", "surrogateescape"))
+            content = archive.extractfile(member) if member.isfile() else None
+            if content is not None:
+                digest.update(content.read())  # in memory already: the whole archive is
+    return digest.hexdigest()

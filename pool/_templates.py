@@ -106,7 +106,7 @@ class CopyLayer(_LayerConfig, kw_only=True, tag="copy"):
     owns what was copied ("" keeps root) and `mode` (octal, "" keeps the archive's) is applied to it.
     A built-in template's has no upload: `context` is its templates directory, whose `source` the archive is
     packed from at build time (`_template_context`; `files` is then that tree's hash). `context` is where the
-    files are, not what they are: it is no part of the layer's key.
+    files are, not what they are: the layer's key says only that it has one.
     """
 
     files: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -311,7 +311,9 @@ def _defined(layer: _FileLayer, root: Path, template: str) -> _DefinedLayer:
         return layer
     try:
         files = context_hash(root, layer.source)
-    except (ContextError, OSError) as exc:
+    except ContextError as exc:
         raise TemplateError(f"template {template!r}: {exc}") from exc
+    except OSError as exc:
+        raise TemplateError(f"template {template!r}: copy source {layer.source!r} cannot be read: {exc}") from exc
     fields = msgspec.structs.asdict(layer)
     return CopyLayer(**fields, files=files, context=str(root))

@@ -286,10 +286,14 @@ def _tree_hash(root: Path, pattern: str) -> bytes:
 
 
 def _identity(layer: Layer) -> bytes:
-    """What a layer's key is made of: its definition, less where a built-in copy layer's files are (`context`),
-    encoded as it was before that field existed."""
+    """What a layer's key is made of: its definition, less where a built-in copy layer's files are (`context`
+    says only that they are the templates directory's, so that no upload claiming their hash shares the key);
+    an uploaded copy layer is encoded as it was before that field existed."""
     if not isinstance(layer, CopyLayer):
         return msgspec.json.encode(layer)
     fields = msgspec.to_builtins(layer)
-    del fields["context"]
+    if layer.context:
+        fields["context"] = "templates directory"
+    else:
+        del fields["context"]
     return msgspec.json.encode(fields)
