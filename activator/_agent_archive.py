@@ -184,9 +184,9 @@ class AgentArchive:
         return self._total
 
     def _grow(self, sandbox_id: str, used: int, by: int) -> int:
-        self.total()  # counted before the change, so the change is not counted twice
+        total = self.total()  # counted before the change, so that it is not counted twice
         self._sizes[sandbox_id] = used + by
-        self._total = self.total() + by
+        self._total = total + by
         return used + by
 
     def _make_room(self, needed: int, spare: Collection[str]) -> None:

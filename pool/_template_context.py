@@ -18,14 +18,14 @@ import os
 import tarfile
 from pathlib import Path
 
-__all__ = ["ContextError", "context_hash", "context_path", "pack_context"]
+__all__ = ["ContextError", "context_hash", "pack_context"]
 
 
 class ContextError(Exception):
     """A copy layer's path is not usable: outside the templates directory, missing, or changed since loading."""
 
 
-def context_path(root: Path, source: str) -> Path:
+def _context_path(root: Path, source: str) -> Path:
     """`source` (relative) under `root`, checked to stay inside it once symlinks are resolved."""
     if not source or os.path.isabs(source):
         raise ContextError(f"copy source {source!r}: a path relative to the templates directory")
@@ -56,7 +56,7 @@ def pack_context(root: Path, source: str, expected: str) -> bytes:
 
 
 def _pack(root: Path, source: str) -> bytes:
-    top = context_path(root, source)
+    top = _context_path(root, source)
     packed = io.BytesIO()
     try:
         with tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as archive:

@@ -156,7 +156,8 @@ async def test_stop_deletes_the_replica_set_and_the_executor_process(kube: Kube,
 async def test_a_stop_does_not_fail_when_the_kubelet_ends_the_deleted_pod_late(
     kube: Kube, kube_namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = KubeSettings(namespace=kube_namespace, sandbox_user="root", stop_timeout=1.0)
+    # Long enough for the ReplicaSet's deletion to be seen on a busy machine, short next to a kubelet held still.
+    settings = KubeSettings(namespace=kube_namespace, sandbox_user="root", stop_timeout=3.0)
     runtime = KubernetesRuntime(KubeApi(load_kubeconfig(kube.kubeconfig)), settings)
     kubelet = running_pid(kube.layout.run, "kubelet")
     assert kubelet is not None
