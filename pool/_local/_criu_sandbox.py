@@ -46,7 +46,9 @@ from pool._local._launcher import ROOT_MOUNTPOINT, root_mounts
 from pool._local._syscalls import CLONE_NEWNS, MS_NODEV, MS_NOSUID, make_mounts_private, unshare
 from pool._local._userns import create_userns, host_id_base
 
-__all__ = ["CheckpointInfo", "checkpoint", "restore"]
+__all__ = ["RESTORE_TIMEOUT", "CheckpointInfo", "checkpoint", "restore"]
+
+RESTORE_TIMEOUT = 60.0  # seconds for `criu restore`; a desktop's takes ~0.4 s
 
 # Directories where CRIU looks for what an inotify watch (the executor's WatchDir; a desktop's session, panel
 # and dbus on fonts, menus and applications) points at: overlayfs file handles cannot be reopened, so watched
@@ -134,13 +136,21 @@ def restore(
         "--external", "mnt[]", *_cgroup_roots(cgroup_procs),
     ]  # fmt: skip
     userns_fd = create_userns(userns_slot)  # only its id map matters: it shifts the lower layers' owners
+    stuck: list[_TaskState] = []
     try:
         with open(images / "restore.out", "wb") as out:
-            result = subprocess.run(
+            process = subprocess.Popen(
                 argv, preexec_fn=_mount_steps(sandbox_dir, layers, userns_fd), stdin=subprocess.DEVNULL,
-                stdout=out, stderr=out, timeout=60,
+                stdout=out, stderr=out,
             )  # fmt: skip
-        failed = "" if result.returncode == 0 else f"exit {result.returncode}"
+        try:
+            returncode = process.wait(RESTORE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            stuck = _task_states([process.pid, *_cgroup_pids(freezer)])
+            process.kill()
+            process.wait()
+            raise
+        failed = "" if returncode == 0 else f"exit {returncode}"
     except (OSError, subprocess.SubprocessError) as exc:
         failed = str(exc)
     finally:
@@ -149,6 +159,12 @@ def restore(
         _empty(freezer)
         with contextlib.suppress(OSError):
             shutil.copy(images / "restore.log", sandbox_dir / "restore-failed.log")
+            if stuck:
+                with open(sandbox_dir / "restore-failed.log", "a") as log:
+                    log.write("\n--- tasks when the restore timed out ---\n")
+                    log.writelines(f"{task.summary}\n{task.stack}\n" for task in stuck)
+        if stuck:
+            failed += "; its tasks then: " + ", ".join(task.summary for task in stuck)
         detail = (images / "restore.out").read_text(errors="replace")[-500:] + "\n" + log_tail(images / "restore.log")
         raise RuntimeFailure(f"restore of {sandbox_dir.name} failed ({failed}): {detail}")
     try:  # a status stolen by another reaper reads as success: the pid file is the real proof
@@ -158,6 +174,49 @@ def restore(
         raise RuntimeFailure(f"restore of {sandbox_dir.name} failed: {log_tail(images / 'restore.log')}") from None
     shutil.copy(images / "restore.log", sandbox_dir / "restore.log")
     return pid
+
+
+class _TaskState(msgspec.Struct, frozen=True):
+    """What a process was doing: `criu[812] S do_wait` and its kernel stack."""
+
+    summary: str
+    stack: str
+
+
+def _task_states(pids: list[int]) -> list[_TaskState]:
+    """The state, wait channel and kernel stack of each of `pids` and of their children (read as host root)."""
+    seen: list[int] = []
+    todo = list(pids)
+    while todo:
+        pid = todo.pop(0)
+        if pid in seen:
+            continue
+        seen.append(pid)
+        with contextlib.suppress(OSError, ValueError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(child) for child in (task / "children").read_text().split()]
+    states = []
+    for pid in seen:
+        proc = Path(f"/proc/{pid}")
+        try:
+            comm = (proc / "comm").read_text().strip()
+            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
+            wchan = (proc / "wchan").read_text().strip() or "-"
+        except OSError:
+            continue  # ended meanwhile
+        try:
+            stack = (proc / "stack").read_text()
+        except OSError as exc:
+            stack = f"(kernel stack not readable: {exc.strerror})\n"
+        states.append(_TaskState(f"{comm}[{pid}] {state} {wchan}", stack))
+    return states
+
+
+def _cgroup_pids(cgroup: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
 
 
 def _mount_steps(sandbox_dir: Path, layers: list[Path], userns_fd: int) -> Callable[[], None]:
